@@ -1,0 +1,1 @@
+"""lockserver: a standalone in-memory lock server in the style of Azos Sky locking."""

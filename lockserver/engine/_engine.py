@@ -1,0 +1,401 @@
+"""The lock engine: namespaces, tables, sessions, expiry, fences, statistics.
+
+Why / rules kept (SEMANTICS.md, issue #2):
+- Pure and synchronous: every method that depends on time takes ``now`` (the shell's
+  monotonic clock, seconds); nothing here reads a clock, sleeps or does I/O. One ``execute``
+  call is one serializable step.
+- Data model: namespace -> table -> variable -> ordered entry list; a session holds at most
+  one entry per (namespace, table, variable) and knows its keys, so ending it costs
+  O(its entries), never O(all data).
+- Sessions expire after ``max_age`` seconds idle; entries may carry a TTL. Both deadlines live
+  in min-heaps and are processed at the start of every call (and by ``sweep``), so an expired
+  session or entry is invisible to the very next transaction and reclaiming costs
+  O(expired * log n). Session deadlines move on every touch; the heap keeps the old deadline
+  and re-queues lazily when it surfaces (touching costs nothing).
+- Fences: ``fence_epoch`` (the shell passes the wall-clock start time in microseconds) plus
+  one per committing transaction that changed data. Strictly increasing within a run, and
+  across restarts as long as fewer than 10**6 transactions commit per second of uptime and the
+  wall clock is not set back (see PROTOCOL.md "Fences").
+- QoS gate: the shell passes the current trust; uptime is ``now - started_at``. A refused
+  call touches nothing, not even its session.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from typing import Any
+
+import attrs
+
+from protocol import (
+    Cause,
+    ErrorCode,
+    LockLost,
+    LostReason,
+    SessionSpec,
+    Status,
+    Transaction,
+    TransactionResult,
+)
+
+from ._eval import S_FENCE, S_OWNER, EngineError, Entry, TxContext
+
+__all__ = ["Engine", "EngineLimits", "EngineStatistics"]
+
+
+def _at_least_one(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be an integer >= 1, got {value!r}")
+
+
+@attrs.frozen
+class EngineLimits:
+    """Bounds that protect the server's memory; each refusal is an EngineError."""
+
+    max_sessions: int = attrs.field(default=1_000_000, validator=_at_least_one)
+    max_entries: int = attrs.field(default=10_000_000, validator=_at_least_one)
+    max_entries_per_session: int = attrs.field(default=100_000, validator=_at_least_one)
+
+
+@attrs.frozen
+class EngineStatistics:
+    """A snapshot of the engine's figures."""
+
+    uptime: float
+    namespaces: int
+    tables: int
+    entries: int
+    sessions: int
+    fence: int
+    transactions: int
+    # "TransactionOK" / "TransactionError:Statement" ... -> count
+    by_outcome: dict[str, int]
+    sessions_expired: int
+    entries_expired: int
+
+    def to_wire(self) -> dict[str, Any]:
+        """As a plain map for the statistics reply."""
+        return attrs.asdict(self)
+
+
+class _Session:
+    """A client session (engine-internal)."""
+
+    __slots__ = (
+        "deadline_queued",
+        "description",
+        "ended",
+        "keys",
+        "last_touch",
+        "max_age",
+        "session_id",
+    )
+
+    def __init__(self, spec: SessionSpec, now: float) -> None:
+        self.session_id = spec.session_id
+        self.description = spec.description
+        self.max_age = spec.max_age
+        self.last_touch = now
+        self.ended = False
+        self.deadline_queued = now + spec.max_age
+        # (namespace, table, var) -> None: an insertion-ordered set of the vars it holds
+        self.keys: dict[tuple[str, str, str], None] = {}
+
+    @property
+    def deadline(self) -> float:
+        return self.last_touch + self.max_age
+
+
+_OUTCOME_NAMES = {
+    (Status.TRANSACTION_OK, Cause.UNSPECIFIED): "TransactionOK",
+    (Status.TRANSACTION_ERROR, Cause.STATEMENT): "TransactionError:Statement",
+    (Status.TRANSACTION_ERROR, Cause.MINIMUM_REQUIREMENTS): "TransactionError:MinimumRequirements",
+    (Status.TRANSACTION_ERROR, Cause.SESSION_EXPIRED): "TransactionError:SessionExpired",
+    (Status.CALL_FAILED, Cause.UNSPECIFIED): "CallFailed",
+}
+
+
+class Engine:
+    """The pure lock engine. See the module docstring for the rules it keeps."""
+
+    def __init__(
+        self,
+        *,
+        started_at: float,
+        host: str = "",
+        fence_epoch: int = 0,
+        limits: EngineLimits | None = None,
+        track_changes: bool = False,
+    ) -> None:
+        self.started_at = started_at
+        self.host = host
+        self.limits = limits or EngineLimits()
+        self.namespaces: dict[str, dict[str, dict[str, list[Entry]]]] = {}
+        self.sessions: dict[str, _Session] = {}
+        self.entry_count = 0
+        self.fence = fence_epoch
+        self._seq = 0
+        self._session_heap: list[tuple[float, int, _Session]] = []
+        # (expires_at, seq, namespace, table, var, session_id, fence)
+        self._ttl_heap: list[tuple[float, int, str, str, str, str, int]] = []
+        self._lost: list[LockLost] = []
+        self._outcomes: Counter[tuple[Status, Cause]] = Counter()
+        self._sessions_expired = 0
+        self._entries_expired = 0
+        # When tracking, every change to a variable records (namespace, table, var) here for
+        # the shell (server-side waiting re-evaluates waiters of changed variables).
+        self.track_changes = track_changes
+        self._changed: set[tuple[str, str, str]] = set()
+
+    # --- public API ---------------------------------------------------------------------------
+
+    def uptime(self, now: float) -> float:
+        """Seconds since the engine started (never negative)."""
+        return max(0.0, now - self.started_at)
+
+    def execute(
+        self,
+        session: SessionSpec,
+        tx: Transaction,
+        *,
+        now: float,
+        trust: float = 1.0,
+    ) -> TransactionResult:
+        """Run ``tx`` in ``session`` at time ``now``, all or nothing.
+
+        Expected outcomes (OK, a failed statement, a refused contract) are results. A limit
+        (too many sessions or entries) raises :class:`EngineError` and changes nothing.
+        """
+        self._expire(now)
+        uptime = now - self.started_at
+        if uptime < tx.min_uptime or trust < tx.min_trust:
+            self._outcomes[(Status.TRANSACTION_ERROR, Cause.MINIMUM_REQUIREMENTS)] += 1
+            return TransactionResult(
+                Status.TRANSACTION_ERROR,
+                Cause.MINIMUM_REQUIREMENTS,
+                tx.transaction_id,
+                self.host,
+                uptime,
+                trust,
+                None,
+                (),
+                self.fence,
+                None,
+            )
+        s = self._touch(session, now)
+        valid_until = s.last_touch + s.max_age - self.started_at
+        if not tx.statements:
+            self._outcomes[(Status.TRANSACTION_OK, Cause.UNSPECIFIED)] += 1
+            return TransactionResult(
+                Status.TRANSACTION_OK,
+                Cause.UNSPECIFIED,
+                tx.transaction_id,
+                self.host,
+                uptime,
+                trust,
+                None,
+                (),
+                self.fence,
+                valid_until,
+            )
+        ctx = TxContext(self, s, tx.namespace, tx.transaction_id, now, self.fence + 1)
+        try:
+            failed = ctx.run(tx.statements)
+        except BaseException:  # a limit (EngineError) or a bug: leave no trace either way
+            ctx.rollback()
+            raise
+        if failed is not None:
+            ctx.rollback()
+            status, cause = Status.TRANSACTION_ERROR, Cause.STATEMENT
+        else:
+            status, cause = Status.TRANSACTION_OK, Cause.UNSPECIFIED
+            if ctx.snapshots:
+                self.fence += 1
+                ns = tx.namespace
+                if ctx.ttl_pushes:
+                    sid = s.session_id
+                    for expires, table, var, fence in ctx.ttl_pushes:
+                        self._seq += 1
+                        heapq.heappush(
+                            self._ttl_heap, (expires, self._seq, ns, table, var, sid, fence)
+                        )
+                if ctx.tables is not None and not ctx.tables:
+                    self.namespaces.pop(ns, None)
+                if self.track_changes:
+                    self._changed.update((ns, t, v) for t, v in ctx.snapshots)
+        self._outcomes[(status, cause)] += 1
+        return TransactionResult(
+            status,
+            cause,
+            tx.transaction_id,
+            self.host,
+            uptime,
+            trust,
+            failed,
+            tuple(ctx.data),
+            self.fence,
+            valid_until,
+        )
+
+    def end_session(self, session_id: str, *, now: float, notify: bool = False) -> bool:
+        """End a session now, removing all its entries atomically. False when unknown.
+        ``notify``: queue a LockLost(ENDED) event (an end the holder did not ask for)."""
+        self._expire(now)
+        s = self.sessions.get(session_id)
+        if s is None:
+            return False
+        self._drop_session(s, LostReason.ENDED if notify else None)
+        return True
+
+    def sweep(self, now: float) -> int:
+        """Expire every session and entry due by ``now``; return how many were removed."""
+        return self._expire(now)
+
+    def next_deadline(self) -> float | None:
+        """The earliest queued expiry time (a session's may have moved later since)."""
+        times = []
+        if self._session_heap:
+            times.append(self._session_heap[0][0])
+        if self._ttl_heap:
+            times.append(self._ttl_heap[0][0])
+        return min(times) if times else None
+
+    def drain_lost(self) -> list[LockLost]:
+        """Take the LockLost events queued since the last call."""
+        lost, self._lost = self._lost, []
+        return lost
+
+    def drain_changes(self) -> set[tuple[str, str, str]]:
+        """Take the set of (namespace, table, var) changed since the last call
+        (only collected when ``track_changes`` is on)."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def session_valid_until(self, session_id: str) -> float | None:
+        """Uptime at which the session expires unless touched again, or None if unknown."""
+        s = self.sessions.get(session_id)
+        return None if s is None else s.last_touch + s.max_age - self.started_at
+
+    def statistics(self, now: float) -> EngineStatistics:
+        """Counts of namespaces, tables, entries, sessions and outcomes."""
+        self._expire(now)
+        return EngineStatistics(
+            uptime=self.uptime(now),
+            namespaces=len(self.namespaces),
+            tables=sum(len(t) for t in self.namespaces.values()),
+            entries=self.entry_count,
+            sessions=len(self.sessions),
+            fence=self.fence,
+            transactions=sum(self._outcomes.values()),
+            by_outcome={_OUTCOME_NAMES[k]: v for k, v in sorted(self._outcomes.items())},
+            sessions_expired=self._sessions_expired,
+            entries_expired=self._entries_expired,
+        )
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _touch(self, spec: SessionSpec, now: float) -> _Session:
+        s = self.sessions.get(spec.session_id)
+        if s is None:
+            if len(self.sessions) >= self.limits.max_sessions:
+                raise EngineError(
+                    ErrorCode.TOO_MANY_SESSIONS,
+                    f"the server holds {len(self.sessions)} sessions, the limit "
+                    f"(max_sessions={self.limits.max_sessions})",
+                )
+            s = _Session(spec, now)
+            self.sessions[spec.session_id] = s
+            self._seq += 1
+            heapq.heappush(self._session_heap, (s.deadline_queued, self._seq, s))
+        else:
+            s.last_touch = now
+        return s
+
+    def _expire(self, now: float) -> int:
+        removed = 0
+        heap = self._session_heap
+        while heap and heap[0][0] <= now:
+            _, _, s = heapq.heappop(heap)
+            if s.ended:
+                continue
+            deadline = s.last_touch + s.max_age
+            if deadline > now:
+                s.deadline_queued = deadline
+                self._seq += 1
+                heapq.heappush(heap, (deadline, self._seq, s))
+                continue
+            removed += len(s.keys)
+            self._sessions_expired += 1
+            self._drop_session(s, LostReason.EXPIRED)
+        theap = self._ttl_heap
+        while theap and theap[0][0] <= now:
+            _, _, ns, table, var, sid, fence = heapq.heappop(theap)
+            if self._remove_entry(ns, table, var, sid, fence):
+                removed += 1
+                self._entries_expired += 1
+                self._lost.append(LockLost(sid, LostReason.TTL, ((ns, table, var, fence),)))
+        return removed
+
+    def _remove_entry(self, ns: str, table: str, var: str, sid: str, fence: int) -> bool:
+        """Remove ``sid``'s entry of a variable if it still has the given fence."""
+        tables = self.namespaces.get(ns)
+        if tables is None:
+            return False
+        vars_ = tables.get(table)
+        if vars_ is None:
+            return False
+        entries = vars_.get(var)
+        if entries is None:
+            return False
+        for i, e in enumerate(entries):
+            if e[S_OWNER] == sid:
+                if e[S_FENCE] != fence:
+                    return False
+                self._unlink(ns, table, var, tables, vars_, entries, i)
+                s = self.sessions.get(sid)
+                if s is not None and (ns, table, var) in s.keys:
+                    del s.keys[(ns, table, var)]
+                    self.entry_count -= 1
+                return True
+        return False
+
+    def _unlink(
+        self,
+        ns: str,
+        table: str,
+        var: str,
+        tables: dict[str, dict[str, list[Entry]]],
+        vars_: dict[str, list[Entry]],
+        entries: list[Entry],
+        i: int,
+    ) -> None:
+        """Delete ``entries[i]`` and drop the containers it leaves empty."""
+        del entries[i]
+        if not entries:
+            del vars_[var]
+            if not vars_:
+                del tables[table]
+                if not tables:
+                    del self.namespaces[ns]
+        if self.track_changes:
+            self._changed.add((ns, table, var))
+
+    def _drop_session(self, s: _Session, reason: LostReason | None) -> None:
+        s.ended = True
+        del self.sessions[s.session_id]
+        lost: list[tuple[str, str, str, int]] = []
+        sid = s.session_id
+        for ns, table, var in s.keys:
+            tables = self.namespaces[ns]
+            vars_ = tables[table]
+            entries = vars_[var]
+            for i, e in enumerate(entries):
+                if e[S_OWNER] == sid:
+                    lost.append((ns, table, var, e[S_FENCE]))
+                    self._unlink(ns, table, var, tables, vars_, entries, i)
+                    break
+        self.entry_count -= len(s.keys)
+        s.keys.clear()
+        if reason is not None:
+            self._lost.append(LockLost(sid, reason, tuple(lost)))

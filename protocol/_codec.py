@@ -1,0 +1,794 @@
+"""The codec: messages and transaction trees to wire structures and back, plus msgpack.
+
+Why: this module is the only place that knows the wire layout (PROTOCOL.md). Decoding is
+defensive: every received structure is checked for shape and types, trees are bounded in depth
+and node count *while* they are walked (a hostile tree costs at most ``max_ops`` node visits),
+and every problem becomes a :class:`ProtocolError` naming the field or node at fault. Values are
+then built through the classes' own validating constructors, never ``Cls(**payload)``.
+
+Wire layout in one breath: every message is a msgpack map with a ``"type"`` string; requests
+and replies carry ``"id"``; a tree node is an array ``[op_name, arg, ...]`` whose trailing
+optional arguments may be omitted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import attrs
+import msgpack
+
+from ._errors import ErrorCode, ProtocolError
+from ._messages import (
+    DEFAULT_SESSION_MAX_AGE,
+    Cancel,
+    Cancelled,
+    Cause,
+    EndSession,
+    ErrorReply,
+    Execute,
+    GetStatistics,
+    Hello,
+    LockLost,
+    LostReason,
+    Ping,
+    Pong,
+    Reply,
+    Request,
+    ServerMessage,
+    SessionEnded,
+    SessionSpec,
+    Statistics,
+    Status,
+    Transaction,
+    TransactionResult,
+    Welcome,
+)
+from ._ops import (
+    FALSE,
+    TRUE,
+    Abort,
+    And,
+    AnywayContinueAfter,
+    Assert,
+    Block,
+    DeleteVar,
+    Exists,
+    If,
+    Node,
+    Not,
+    Operator,
+    Or,
+    SelectConstantValue,
+    SelectOperatorValue,
+    SelectVarValue,
+    SetVar,
+    Statement,
+    Xor,
+)
+
+__all__ = [
+    "TreeLimits",
+    "DEFAULT_TREE_LIMITS",
+    "pack",
+    "unpack",
+    "node_to_wire",
+    "node_from_wire",
+    "statements_from_wire",
+    "request_to_wire",
+    "request_from_wire",
+    "server_message_to_wire",
+    "server_message_from_wire",
+]
+
+
+@attrs.frozen
+class TreeLimits:
+    """Bounds applied while decoding a transaction tree."""
+
+    max_depth: int = 32
+    max_ops: int = 1000
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_depth < 1 or self.max_ops < 1:
+            raise ValueError("tree limits must be >= 1")
+
+
+DEFAULT_TREE_LIMITS: Final = TreeLimits()
+
+_packer = msgpack.Packer(use_bin_type=True, datetime=False)
+
+
+def pack(obj: Any) -> bytes:
+    """Encode one wire structure as a msgpack document."""
+    return _packer.pack(obj)  # type: ignore[no-any-return]
+
+
+def unpack(payload: bytes) -> Any:
+    """Decode exactly one msgpack document; anything else is MALFORMED_FRAME."""
+    try:
+        return msgpack.unpackb(payload, raw=False, strict_map_key=True, timestamp=0)
+    except msgpack.ExtraData:
+        raise ProtocolError(
+            ErrorCode.MALFORMED_FRAME, "frame holds trailing bytes after one msgpack document"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(
+            ErrorCode.MALFORMED_FRAME, f"a string in the frame is not valid UTF-8 ({exc.reason})"
+        ) from None
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ProtocolError(
+            ErrorCode.MALFORMED_FRAME, f"frame is not a valid msgpack document ({exc})"
+        ) from None
+
+
+# --- trees ------------------------------------------------------------------------------------
+
+
+def node_to_wire(node: Node) -> list[Any]:
+    """Encode a tree node as ``[op_name, args...]`` (trailing defaults omitted)."""
+    t = type(node)
+    if t is Assert:
+        return ["Assert", node_to_wire(node.condition)]  # type: ignore[attr-defined]
+    if t is SetVar:
+        n: Any = node
+        return _trim(
+            ["SetVar", n.table, n.var, n.value, n.description, n.ttl, n.allow_duplicates],
+            _SETVAR_DEFAULTS,
+        )
+    if t is Not:
+        return ["Not", node_to_wire(node.operand)]  # type: ignore[attr-defined]
+    if t is Exists:
+        n = node
+        return _trim(["Exists", n.table, n.var, n.value, n.ignore_this_session], _EXISTS_DEFAULTS)
+    if t is DeleteVar:
+        n = node
+        return _trim(["DeleteVar", n.table, n.var, n.value], _DELETE_DEFAULTS)
+    if t in (And, Or, Xor):
+        n = node
+        return [t.WIRE_NAME, node_to_wire(n.left), node_to_wire(n.right)]
+    if node is TRUE or t is type(TRUE):
+        return ["True"]
+    if node is FALSE or t is type(FALSE):
+        return ["False"]
+    if t is Abort:
+        return ["Abort"]
+    if t is Block:
+        return ["Block", [node_to_wire(s) for s in node.statements]]  # type: ignore[attr-defined]
+    if t is If:
+        n = node
+        out = ["If", node_to_wire(n.condition), node_to_wire(n.then)]
+        if n.else_ is not None:
+            out.append(node_to_wire(n.else_))
+        return out
+    if t is AnywayContinueAfter:
+        n = node
+        return _trim(["AnywayContinueAfter", node_to_wire(n.change), n.reset_abort], (False,))
+    if t is SelectConstantValue:
+        n = node
+        return ["SelectConstantValue", n.into, n.value]
+    if t is SelectOperatorValue:
+        n = node
+        return ["SelectOperatorValue", n.into, node_to_wire(n.operator)]
+    if t is SelectVarValue:
+        n = node
+        return _trim(
+            [
+                "SelectVarValue",
+                n.into,
+                n.table,
+                n.var,
+                n.ignore_this_session,
+                n.abort_if_not_found,
+                n.select_many,
+            ],
+            (True, False, False),
+        )
+    raise TypeError(f"not a tree node: {node!r}")
+
+
+_SETVAR_DEFAULTS = (None, None, None, False)
+_EXISTS_DEFAULTS = (None, True)
+_DELETE_DEFAULTS = (None,)
+
+
+def _trim(out: list[Any], defaults: tuple[Any, ...]) -> list[Any]:
+    """Drop trailing arguments that equal their defaults (``defaults`` aligns with the tail)."""
+    first_opt = len(out) - len(defaults)
+    while len(out) > first_opt and _same(out[-1], defaults[len(out) - 1 - first_opt]):
+        out.pop()
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a is b or (type(a) is type(b) and a == b)
+
+
+class _TreeDecoder:
+    """Walks one wire tree, counting nodes and depth, building validated nodes."""
+
+    __slots__ = ("limits", "ops")
+
+    def __init__(self, limits: TreeLimits) -> None:
+        self.limits = limits
+        self.ops = 0
+
+    def node(self, wire: Any, where: str, depth: int) -> Node:
+        if depth > self.limits.max_depth:
+            raise ProtocolError(
+                ErrorCode.TREE_TOO_DEEP,
+                f"{where}: tree nesting exceeds the limit of {self.limits.max_depth} levels",
+            )
+        self.ops += 1
+        if self.ops > self.limits.max_ops:
+            raise ProtocolError(
+                ErrorCode.TOO_MANY_OPS,
+                f"transaction has more than the limit of {self.limits.max_ops} ops",
+            )
+        if type(wire) is not list or not wire:
+            raise ProtocolError(
+                ErrorCode.INVALID_TRANSACTION,
+                f"{where}: a node must be a non-empty array [op, args...], got {_wire_type(wire)}",
+            )
+        name = wire[0]
+        spec = _NODE_SPECS.get(name) if type(name) is str else None
+        if spec is None:
+            raise ProtocolError(
+                ErrorCode.INVALID_TRANSACTION,
+                f"{where}: unknown op {name!r} (known: {', '.join(sorted(_NODE_SPECS))})",
+            )
+        lo, hi, build = spec
+        nargs = len(wire) - 1
+        if not lo <= nargs <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            raise ProtocolError(
+                ErrorCode.INVALID_TRANSACTION,
+                f"{where}: {name} takes {want} arguments, got {nargs}",
+            )
+        here = f"{where}/{name}"
+        try:
+            return build(self, wire, here, depth)
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(ErrorCode.INVALID_TRANSACTION, f"{here}: {exc}") from None
+
+    def operator(self, wire: Any, where: str, depth: int) -> Operator:
+        node = self.node(wire, where, depth + 1)
+        if not isinstance(node, Operator):
+            raise ProtocolError(
+                ErrorCode.INVALID_TRANSACTION,
+                f"{where}: expected an operator, got statement {type(node).__name__}",
+            )
+        return node
+
+    def statement(self, wire: Any, where: str, depth: int) -> Statement:
+        node = self.node(wire, where, depth + 1)
+        if not isinstance(node, Statement):
+            raise ProtocolError(
+                ErrorCode.INVALID_TRANSACTION,
+                f"{where}: expected a statement, got operator {type(node).__name__}; wrap "
+                "operators in Assert, If, SelectOperatorValue or AnywayContinueAfter",
+            )
+        return node
+
+
+def _arg(wire: list[Any], i: int, default: Any) -> Any:
+    return wire[i] if len(wire) > i else default
+
+
+def _bool_arg(wire: list[Any], i: int, default: bool) -> bool:
+    value = _arg(wire, i, default)
+    if value is None:  # nil on the wire means "the default"
+        return default
+    return value  # type: ignore[no-any-return]
+
+
+def _b_assert(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    return Assert(d.operator(w[1], where, depth))
+
+
+def _b_abort(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    return Abort()
+
+
+def _b_block(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    items = w[1]
+    if type(items) is not list or not items:
+        raise ValueError("Block takes a non-empty array of statements")
+    return Block(*[d.statement(s, f"{where}[{i}]", depth) for i, s in enumerate(items)])
+
+
+def _b_if(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    cond = d.operator(w[1], f"{where}.condition", depth)
+    then = d.statement(w[2], f"{where}.then", depth)
+    other = _arg(w, 3, None)
+    else_ = None if other is None else d.statement(other, f"{where}.else", depth)
+    return If(cond, then, else_)
+
+
+def _b_anyway(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    change = d.operator(w[1], where, depth)
+    return AnywayContinueAfter(change, reset_abort=_bool_arg(w, 2, False))  # type: ignore[arg-type]
+
+
+def _b_select_const(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    return SelectConstantValue(w[1], _arg(w, 2, None))
+
+
+def _b_select_op(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    return SelectOperatorValue(w[1], d.operator(w[2], where, depth))
+
+
+def _b_select_var(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    return SelectVarValue(
+        w[1],
+        w[2],
+        w[3],
+        ignore_this_session=_bool_arg(w, 4, True),
+        abort_if_not_found=_bool_arg(w, 5, False),
+        select_many=_bool_arg(w, 6, False),
+    )
+
+
+def _binary(cls: type[And | Or | Xor]) -> Callable[[_TreeDecoder, list[Any], str, int], Node]:
+    def build(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+        return cls(
+            d.operator(w[1], f"{where}.left", depth), d.operator(w[2], f"{where}.right", depth)
+        )
+
+    return build
+
+
+def _b_not(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    return Not(d.operator(w[1], where, depth))
+
+
+def _b_true(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    return TRUE
+
+
+def _b_false(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    return FALSE
+
+
+def _b_exists(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    return Exists(w[1], w[2], _arg(w, 3, None), ignore_this_session=_bool_arg(w, 4, True))
+
+
+def _b_setvar(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    return SetVar(
+        w[1],
+        w[2],
+        _arg(w, 3, None),
+        description=_arg(w, 4, None),
+        ttl=_arg(w, 5, None),
+        allow_duplicates=_bool_arg(w, 6, False),
+    )
+
+
+def _b_deletevar(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+    return DeleteVar(w[1], w[2], _arg(w, 3, None))
+
+
+_Builder = Callable[[_TreeDecoder, list[Any], str, int], Node]
+# op name -> (min args, max args, builder)
+_NODE_SPECS: dict[str, tuple[int, int, _Builder]] = {
+    "Assert": (1, 1, _b_assert),
+    "Abort": (0, 0, _b_abort),
+    "Block": (1, 1, _b_block),
+    "If": (2, 3, _b_if),
+    "AnywayContinueAfter": (1, 2, _b_anyway),
+    "SelectConstantValue": (1, 2, _b_select_const),
+    "SelectOperatorValue": (2, 2, _b_select_op),
+    "SelectVarValue": (3, 6, _b_select_var),
+    "And": (2, 2, _binary(And)),
+    "Or": (2, 2, _binary(Or)),
+    "Xor": (2, 2, _binary(Xor)),
+    "Not": (1, 1, _b_not),
+    "True": (0, 0, _b_true),
+    "False": (0, 0, _b_false),
+    "Exists": (2, 4, _b_exists),
+    "SetVar": (2, 6, _b_setvar),
+    "DeleteVar": (2, 3, _b_deletevar),
+}
+
+
+def node_from_wire(wire: Any, limits: TreeLimits = DEFAULT_TREE_LIMITS) -> Node:
+    """Decode one tree node (statement or operator)."""
+    return _TreeDecoder(limits).node(wire, "node", 1)
+
+
+def statements_from_wire(
+    wire: Any, limits: TreeLimits = DEFAULT_TREE_LIMITS
+) -> tuple[Statement, ...]:
+    """Decode a transaction's top-level statement list."""
+    if type(wire) is not list:
+        raise ProtocolError(
+            ErrorCode.INVALID_TRANSACTION,
+            f"statements must be an array, got {_wire_type(wire)}",
+        )
+    d = _TreeDecoder(limits)
+    return tuple(d.statement(s, f"statements[{i}]", 0) for i, s in enumerate(wire))
+
+
+def _wire_type(value: Any) -> str:
+    return {
+        type(None): "nil",
+        bool: "bool",
+        int: "integer",
+        float: "float",
+        str: "string",
+        bytes: "binary",
+        list: "array",
+        dict: "map",
+    }.get(type(value), type(value).__name__)
+
+
+# --- field readers ----------------------------------------------------------------------------
+
+
+class _Fields:
+    """Reads a received map field by field; every failure names the message and field."""
+
+    __slots__ = ("kind", "m", "request_id", "seen")
+
+    def __init__(self, kind: str, m: dict[str, Any], request_id: int | None) -> None:
+        self.kind = kind
+        self.m = m
+        self.request_id = request_id
+        self.seen = 2  # "type" and "id"
+
+    def _fail(self, message: str, code: ErrorCode = ErrorCode.INVALID_MESSAGE) -> ProtocolError:
+        return ProtocolError(code, f"{self.kind}: {message}", request_id=self.request_id)
+
+    def get(self, key: str, types: tuple[type, ...], default: Any = ..., what: str = "") -> Any:
+        m = self.m
+        if key not in m:
+            if default is ...:
+                raise self._fail(f"missing field {key!r}")
+            return default
+        self.seen += 1
+        value = m[key]
+        if type(value) not in types:
+            if value is None and default is not ...:
+                return default
+            raise self._fail(
+                f"field {key!r} must be {what or _type_names(types)}, got {_wire_type(value)}"
+            )
+        return value
+
+    def text(self, key: str, default: Any = ...) -> Any:
+        return self.get(key, (str,), default, "a string")
+
+    def number(self, key: str, default: Any = ...) -> Any:
+        value = self.get(key, (int, float), default, "a number")
+        if value is not None and type(value) is float and math.isnan(value):
+            raise self._fail(f"field {key!r} must be a number, got NaN")
+        return value
+
+    def done(self) -> None:
+        if self.seen != len(self.m):
+            known = _KNOWN_FIELDS[self.kind]
+            extra = sorted(k for k in self.m if k not in known)
+            raise self._fail(f"unknown field(s) {', '.join(map(repr, extra))}")
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+    return " or ".join(_wire_type(t()) if t is not type(None) else "nil" for t in types)
+
+
+_KNOWN_FIELDS: dict[str, frozenset[str]] = {
+    "hello": frozenset({"type", "id", "version", "client", "token"}),
+    "execute": frozenset(
+        {
+            "type",
+            "id",
+            "session",
+            "max_age",
+            "session_description",
+            "namespace",
+            "statements",
+            "tx_id",
+            "description",
+            "min_uptime",
+            "min_trust",
+            "wait",
+        }
+    ),
+    "end": frozenset({"type", "id", "session"}),
+    "stats": frozenset({"type", "id"}),
+    "ping": frozenset({"type", "id"}),
+    "cancel": frozenset({"type", "id", "target"}),
+}
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+def request_to_wire(req: Request) -> dict[str, Any]:
+    """Encode a request as its wire map."""
+    t = type(req)
+    if t is Execute:
+        e: Any = req
+        s, tx = e.session, e.transaction
+        out: dict[str, Any] = {
+            "type": "execute",
+            "id": e.request_id,
+            "session": s.session_id,
+            "namespace": tx.namespace,
+            "statements": [node_to_wire(st) for st in tx.statements],
+        }
+        if s.max_age != DEFAULT_SESSION_MAX_AGE:
+            out["max_age"] = s.max_age
+        if s.description:
+            out["session_description"] = s.description
+        if tx.transaction_id:
+            out["tx_id"] = tx.transaction_id
+        if tx.description:
+            out["description"] = tx.description
+        if tx.min_uptime:
+            out["min_uptime"] = tx.min_uptime
+        if tx.min_trust:
+            out["min_trust"] = tx.min_trust
+        if e.wait is not None:
+            out["wait"] = e.wait
+        return out
+    if t is Hello:
+        h: Any = req
+        out = {"type": "hello", "id": h.request_id, "version": h.version, "client": h.client_name}
+        if h.token is not None:
+            out["token"] = h.token
+        return out
+    if t is EndSession:
+        return {"type": "end", "id": req.request_id, "session": req.session_id}  # type: ignore[union-attr]
+    if t is GetStatistics:
+        return {"type": "stats", "id": req.request_id}
+    if t is Ping:
+        return {"type": "ping", "id": req.request_id}
+    if t is Cancel:
+        return {"type": "cancel", "id": req.request_id, "target": req.target_id}  # type: ignore[union-attr]
+    raise TypeError(f"not a request: {req!r}")
+
+
+def request_from_wire(wire: Any, limits: TreeLimits = DEFAULT_TREE_LIMITS) -> Request:
+    """Decode a received request map. Raises ProtocolError (with ``request_id`` set whenever
+    the id could be read) for anything invalid."""
+    if type(wire) is not dict:
+        raise ProtocolError(
+            ErrorCode.INVALID_MESSAGE, f"a request must be a map, got {_wire_type(wire)}"
+        )
+    rid = wire.get("id")
+    if type(rid) is not int or not 0 <= rid <= 2**64 - 1:
+        raise ProtocolError(
+            ErrorCode.INVALID_MESSAGE,
+            "request field 'id' must be an integer in 0..2**64-1"
+            + ("" if "id" in wire else " (missing)"),
+        )
+    kind = wire.get("type")
+    if type(kind) is not str or kind not in _KNOWN_FIELDS:
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_MESSAGE_TYPE,
+            f"unknown request type {kind!r} (known: {', '.join(sorted(_KNOWN_FIELDS))})",
+            request_id=rid,
+        )
+    f = _Fields(kind, wire, rid)
+    try:
+        if kind == "execute":
+            session = SessionSpec(
+                f.text("session"),
+                f.number("max_age", DEFAULT_SESSION_MAX_AGE),
+                f.text("session_description", ""),
+            )
+            namespace = f.text("namespace")
+            raw_statements = f.get("statements", (list,), what="an array")
+            tx_id = f.text("tx_id", "")
+            description = f.text("description", "")
+            min_uptime = f.number("min_uptime", 0.0)
+            min_trust = f.number("min_trust", 0.0)
+            wait = f.number("wait", None)
+            f.done()
+            try:
+                statements = statements_from_wire(raw_statements, limits)
+            except ProtocolError as exc:
+                exc.request_id = rid
+                raise
+            tx = Transaction(
+                namespace,
+                statements,
+                transaction_id=tx_id,
+                description=description,
+                min_uptime=min_uptime,
+                min_trust=min_trust,
+            )
+            return Execute(rid, session, tx, wait)
+        if kind == "hello":
+            hello = Hello(
+                rid, f.get("version", (int,)), f.text("client", ""), f.text("token", None)
+            )
+            f.done()
+            return hello
+        if kind == "end":
+            end = EndSession(rid, f.text("session"))
+            f.done()
+            return end
+        if kind == "stats":
+            f.done()
+            return GetStatistics(rid)
+        if kind == "ping":
+            f.done()
+            return Ping(rid)
+        cancel = Cancel(rid, f.get("target", (int,), what="an integer"))
+        f.done()
+        return cancel
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"{kind}: {exc}", request_id=rid) from None
+
+
+# --- server messages --------------------------------------------------------------------------
+
+
+def server_message_to_wire(msg: ServerMessage) -> dict[str, Any]:
+    """Encode a reply, error reply or event as its wire map."""
+    t = type(msg)
+    if t is Reply:
+        r: Any = msg
+        body = r.body
+        bt = type(body)
+        if bt is TransactionResult:
+            return {
+                "type": "result",
+                "id": r.request_id,
+                "status": int(body.status),
+                "cause": int(body.cause),
+                "tx_id": body.transaction_id,
+                "host": body.host,
+                "uptime": body.uptime,
+                "trust": body.trust,
+                "failed": body.failed_statement,
+                "data": [[name, value] for name, value in body.data],
+                "fence": body.fence,
+                "valid_until": body.valid_until,
+            }
+        if bt is SessionEnded:
+            return {"type": "ended", "id": r.request_id, "existed": body.existed}
+        if bt is Pong:
+            return {"type": "pong", "id": r.request_id, "uptime": body.uptime, "trust": body.trust}
+        if bt is Statistics:
+            return {"type": "stats", "id": r.request_id, "stats": dict(body.values)}
+        if bt is Welcome:
+            return {
+                "type": "welcome",
+                "id": r.request_id,
+                "version": body.version,
+                "server": body.server_name,
+                "host": body.host,
+                "limits": dict(body.limits),
+            }
+        if bt is Cancelled:
+            return {"type": "cancelled", "id": r.request_id, "found": body.found}
+        raise TypeError(f"not a reply body: {body!r}")
+    if t is ErrorReply:
+        e: Any = msg
+        return {
+            "type": "error",
+            "id": e.request_id,
+            "code": int(e.code),
+            "name": e.code.name,
+            "message": e.message,
+        }
+    if t is LockLost:
+        ev: Any = msg
+        return {
+            "type": "lost",
+            "session": ev.session_id,
+            "reason": str(ev.reason),
+            "entries": [list(x) for x in ev.entries],
+        }
+    raise TypeError(f"not a server message: {msg!r}")
+
+
+def _server_fields(wire: dict[str, Any], kind: str) -> _Fields:
+    f = _Fields(kind, wire, None)
+    f.seen = 1
+    return f
+
+
+def server_message_from_wire(wire: Any) -> ServerMessage:
+    """Decode a received reply, error reply or event (the client's side)."""
+    if type(wire) is not dict:
+        raise ProtocolError(
+            ErrorCode.INVALID_MESSAGE, f"a server message must be a map, got {_wire_type(wire)}"
+        )
+    kind = wire.get("type")
+    decoder = _SERVER_DECODERS.get(kind) if type(kind) is str else None
+    if decoder is None:
+        raise ProtocolError(ErrorCode.UNKNOWN_MESSAGE_TYPE, f"unknown server message {kind!r}")
+    f = _server_fields(wire, kind)  # type: ignore[arg-type]
+    try:
+        return decoder(f)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"{kind}: {exc}") from None
+
+
+def _rid(f: _Fields) -> int:
+    return f.get("id", (int,))  # type: ignore[no-any-return]
+
+
+def _d_result(f: _Fields) -> ServerMessage:
+    rid = _rid(f)
+    data = f.get("data", (list,))
+    pairs = []
+    for item in data:
+        if type(item) is not list or len(item) != 2 or type(item[0]) is not str:
+            raise ValueError("data items must be [name, value] pairs")
+        pairs.append((item[0], item[1]))
+    body = TransactionResult(
+        status=Status(f.get("status", (int,))),
+        cause=Cause(f.get("cause", (int,))),
+        transaction_id=f.text("tx_id"),
+        host=f.text("host"),
+        uptime=f.number("uptime"),
+        trust=f.number("trust"),
+        failed_statement=f.text("failed", None),
+        data=tuple(pairs),
+        fence=f.get("fence", (int,)),
+        valid_until=f.number("valid_until", None),
+    )
+    return Reply(rid, body)
+
+
+def _d_ended(f: _Fields) -> ServerMessage:
+    return Reply(_rid(f), SessionEnded(f.get("existed", (bool,))))
+
+
+def _d_pong(f: _Fields) -> ServerMessage:
+    return Reply(_rid(f), Pong(f.number("uptime"), f.number("trust")))
+
+
+def _d_stats(f: _Fields) -> ServerMessage:
+    return Reply(_rid(f), Statistics(f.get("stats", (dict,))))
+
+
+def _d_welcome(f: _Fields) -> ServerMessage:
+    return Reply(
+        _rid(f),
+        Welcome(
+            f.get("version", (int,)), f.text("server"), f.text("host"), f.get("limits", (dict,))
+        ),
+    )
+
+
+def _d_cancelled(f: _Fields) -> ServerMessage:
+    return Reply(_rid(f), Cancelled(f.get("found", (bool,))))
+
+
+def _d_error(f: _Fields) -> ServerMessage:
+    rid = f.get("id", (int, type(None)))
+    code = f.get("code", (int,))
+    try:
+        ecode = ErrorCode(code)
+    except ValueError:
+        ecode = ErrorCode.INTERNAL_ERROR  # an unknown (newer) code: keep the message
+    return ErrorReply(rid, ecode, f.text("message"))
+
+
+def _d_lost(f: _Fields) -> ServerMessage:
+    entries = []
+    for item in f.get("entries", (list,)):
+        if type(item) is not list or len(item) != 4:
+            raise ValueError("entries must be [namespace, table, var, fence] arrays")
+        entries.append((item[0], item[1], item[2], item[3]))
+    return LockLost(f.text("session"), LostReason(f.text("reason")), tuple(entries))
+
+
+_SERVER_DECODERS: Mapping[str, Callable[[_Fields], ServerMessage]] = {
+    "result": _d_result,
+    "ended": _d_ended,
+    "pong": _d_pong,
+    "stats": _d_stats,
+    "welcome": _d_welcome,
+    "cancelled": _d_cancelled,
+    "error": _d_error,
+    "lost": _d_lost,
+}

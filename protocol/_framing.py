@@ -1,0 +1,97 @@
+"""Length-prefixed framing: a 4-byte big-endian unsigned length, then that many bytes.
+
+Why: msgpack documents are not self-delimiting cheaply, and a length prefix lets both sides
+reject an oversized frame *before* buffering it (the header is read first, the limit checked,
+and only then are bytes kept). :class:`FrameBuffer` is sans-I/O: feed it whatever the socket
+gave, pull complete frames until it says it needs more. Partial frames stay buffered; nothing is
+consumed until a whole frame is there (the consume/commit idea of wsproto's ``Buffer``).
+"""
+
+from __future__ import annotations
+
+from ._errors import ErrorCode, ProtocolError
+
+__all__ = ["DEFAULT_MAX_FRAME", "HEADER_SIZE", "FrameBuffer", "frame"]
+
+HEADER_SIZE = 4
+DEFAULT_MAX_FRAME = 1024 * 1024  # 1 MiB: a transaction tree never needs more
+_MAX_ENCODABLE = 0xFFFFFFFF
+
+
+def frame(payload: bytes) -> bytes:
+    """Return ``payload`` with its 4-byte big-endian length prefix."""
+    size = len(payload)
+    if size > _MAX_ENCODABLE:
+        raise ValueError(f"payload of {size} bytes cannot be framed (max {_MAX_ENCODABLE})")
+    return size.to_bytes(4, "big") + payload
+
+
+class FrameBuffer:
+    """Accumulates received bytes and yields whole frame payloads.
+
+    ``max_frame`` bounds one payload; a header announcing more raises
+    :class:`ProtocolError` (``FRAME_TOO_LARGE``) without buffering the body. After such an error
+    the stream cannot be resynchronised: the caller must close the connection.
+    """
+
+    __slots__ = ("_buf", "_pos", "max_frame")
+
+    def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        if max_frame < 1:
+            raise ValueError(f"max_frame must be >= 1, got {max_frame}")
+        self.max_frame = max_frame
+        self._buf = bytearray()
+        self._pos = 0  # start of the first unconsumed byte; compacted lazily
+
+    def __len__(self) -> int:
+        """Number of buffered, not yet consumed bytes."""
+        return len(self._buf) - self._pos
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Append received bytes."""
+        if self._pos and self._pos == len(self._buf):
+            # Everything consumed: restart cheaply instead of growing forever.
+            self._buf.clear()
+            self._pos = 0
+        self._buf += data
+        if len(self._buf) - self._pos >= HEADER_SIZE:
+            self._check_header()
+
+    def _check_header(self) -> None:
+        pos = self._pos
+        size = int.from_bytes(self._buf[pos : pos + HEADER_SIZE], "big")
+        if size > self.max_frame:
+            raise ProtocolError(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"frame of {size} bytes exceeds the limit of {self.max_frame} bytes",
+            )
+
+    def next_frame(self) -> bytes | None:
+        """Return the next complete payload, or None when more bytes are needed."""
+        buf = self._buf
+        pos = self._pos
+        avail = len(buf) - pos
+        if avail < HEADER_SIZE:
+            return None
+        size = int.from_bytes(buf[pos : pos + HEADER_SIZE], "big")
+        if size > self.max_frame:
+            raise ProtocolError(
+                ErrorCode.FRAME_TOO_LARGE,
+                f"frame of {size} bytes exceeds the limit of {self.max_frame} bytes",
+            )
+        end = pos + HEADER_SIZE + size
+        if len(buf) < end:
+            return None
+        payload = bytes(buf[pos + HEADER_SIZE : end])
+        if end == len(buf):
+            buf.clear()
+            self._pos = 0
+        elif end > 65536 and end * 2 > len(buf):
+            # Compact once the consumed prefix dominates, so memory stays bounded.
+            del buf[:end]
+            self._pos = 0
+        else:
+            self._pos = end
+            if len(buf) - end >= HEADER_SIZE:
+                self._check_header()
+        return payload
