@@ -77,10 +77,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
 
-    import matplotlib  # noqa: PLC0415 - optional dependency, see module docstring
+    import matplotlib  # optional dependency (the bench extra), imported lazily
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     settings = TrustSettings()
     samples = simulate(settings)
