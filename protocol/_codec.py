@@ -119,8 +119,9 @@ def unpack(payload: bytes) -> Any:
             ErrorCode.MALFORMED_FRAME, f"a string in the frame is not valid UTF-8 ({exc.reason})"
         ) from None
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        detail = str(exc) or type(exc).__name__  # msgpack's FormatError has no message
         raise ProtocolError(
-            ErrorCode.MALFORMED_FRAME, f"frame is not a valid msgpack document ({exc})"
+            ErrorCode.MALFORMED_FRAME, f"frame is not a valid msgpack document ({detail})"
         ) from None
 
 
@@ -237,7 +238,7 @@ class _TreeDecoder:
         if spec is None:
             raise ProtocolError(
                 ErrorCode.INVALID_TRANSACTION,
-                f"{where}: unknown op {name!r} (known: {', '.join(sorted(_NODE_SPECS))})",
+                f"{where}: unknown op {_show(name)} (known: {', '.join(sorted(_NODE_SPECS))})",
             )
         lo, hi, build = spec
         nargs = len(wire) - 1
@@ -412,6 +413,21 @@ def statements_from_wire(
     return tuple(d.statement(s, f"statements[{i}]", 0) for i, s in enumerate(wire))
 
 
+_SHOW_MAX = 64
+
+
+def _show(value: Any) -> str:
+    """Render a received value for an error message, short and safe: repr() of a scalar (a long
+    str or bytes cut at _SHOW_MAX), only the wire type of a container (repr() of a received
+    array or map may be huge, or nested too deeply for repr's recursion limit)."""
+    t = type(value)
+    if t is str or t is bytes:
+        return repr(value) if len(value) <= _SHOW_MAX else f"{value[:_SHOW_MAX]!r}..."
+    if value is None or t is bool or t is int or t is float:
+        return repr(value)
+    return f"<{_wire_type(value)}>"
+
+
 def _wire_type(value: Any) -> str:
     return {
         type(None): "nil",
@@ -470,8 +486,9 @@ class _Fields:
     def done(self) -> None:
         if self.seen != len(self.m):
             known = _KNOWN_FIELDS[self.kind]
-            extra = sorted(k for k in self.m if k not in known)
-            raise self._fail(f"unknown field(s) {', '.join(map(repr, extra))}")
+            # Keys are str or bytes (msgpack's strict_map_key): sort their renderings.
+            extra = sorted(_show(k) for k in self.m if k not in known)
+            raise self._fail(f"unknown field(s) {', '.join(extra)}")
 
 
 def _type_names(types: tuple[type, ...]) -> str:
@@ -569,7 +586,7 @@ def request_from_wire(wire: Any, limits: TreeLimits = DEFAULT_TREE_LIMITS) -> Re
     if type(kind) is not str or kind not in _KNOWN_FIELDS:
         raise ProtocolError(
             ErrorCode.UNKNOWN_MESSAGE_TYPE,
-            f"unknown request type {kind!r} (known: {', '.join(sorted(_KNOWN_FIELDS))})",
+            f"unknown request type {_show(kind)} (known: {', '.join(sorted(_KNOWN_FIELDS))})",
             request_id=rid,
         )
     f = _Fields(kind, wire, rid)
@@ -688,27 +705,26 @@ def server_message_to_wire(msg: ServerMessage) -> dict[str, Any]:
     raise TypeError(f"not a server message: {msg!r}")
 
 
-def _server_fields(wire: dict[str, Any], kind: str) -> _Fields:
-    f = _Fields(kind, wire, None)
-    f.seen = 1
-    return f
-
-
 def server_message_from_wire(wire: Any) -> ServerMessage:
     """Decode a received reply, error reply or event (the client's side)."""
     if type(wire) is not dict:
         raise ProtocolError(
             ErrorCode.INVALID_MESSAGE, f"a server message must be a map, got {_wire_type(wire)}"
         )
+    # Errors name the reply's id when it is readable, so a client can fail that one request.
+    rid = wire.get("id")
+    rid = rid if type(rid) is int else None
     kind = wire.get("type")
     decoder = _SERVER_DECODERS.get(kind) if type(kind) is str else None
     if decoder is None:
-        raise ProtocolError(ErrorCode.UNKNOWN_MESSAGE_TYPE, f"unknown server message {kind!r}")
-    f = _server_fields(wire, kind)  # type: ignore[arg-type]
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_MESSAGE_TYPE, f"unknown server message {_show(kind)}", request_id=rid
+        )
+    f = _Fields(kind, wire, rid)  # type: ignore[arg-type]
     try:
         return decoder(f)
     except (TypeError, ValueError, KeyError) as exc:
-        raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"{kind}: {exc}") from None
+        raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"{kind}: {exc}", request_id=rid) from None
 
 
 def _rid(f: _Fields) -> int:

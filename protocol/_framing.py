@@ -49,15 +49,14 @@ class FrameBuffer:
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         """Append received bytes."""
-        if self._pos and self._pos == len(self._buf):
-            # Everything consumed: restart cheaply instead of growing forever.
-            self._buf.clear()
-            self._pos = 0
+        # (No "everything consumed" reset here: next_frame() already empties the buffer when
+        # it hands out the last buffered byte.)
         self._buf += data
         if len(self._buf) - self._pos >= HEADER_SIZE:
             self._check_header()
 
-    def _check_header(self) -> None:
+    def _check_header(self) -> int:
+        """Return the size announced by the pending header; raise if it is over the limit."""
         pos = self._pos
         size = int.from_bytes(self._buf[pos : pos + HEADER_SIZE], "big")
         if size > self.max_frame:
@@ -65,6 +64,7 @@ class FrameBuffer:
                 ErrorCode.FRAME_TOO_LARGE,
                 f"frame of {size} bytes exceeds the limit of {self.max_frame} bytes",
             )
+        return size
 
     def next_frame(self) -> bytes | None:
         """Return the next complete payload, or None when more bytes are needed."""
@@ -73,12 +73,7 @@ class FrameBuffer:
         avail = len(buf) - pos
         if avail < HEADER_SIZE:
             return None
-        size = int.from_bytes(buf[pos : pos + HEADER_SIZE], "big")
-        if size > self.max_frame:
-            raise ProtocolError(
-                ErrorCode.FRAME_TOO_LARGE,
-                f"frame of {size} bytes exceeds the limit of {self.max_frame} bytes",
-            )
+        size = self._check_header()
         end = pos + HEADER_SIZE + size
         if len(buf) < end:
             return None
@@ -91,7 +86,7 @@ class FrameBuffer:
             del buf[:end]
             self._pos = 0
         else:
+            # No header check of the next frame here: raising now would lose this payload.
+            # The next feed() or next_frame() call checks it before any body is buffered.
             self._pos = end
-            if len(buf) - end >= HEADER_SIZE:
-                self._check_header()
         return payload

@@ -87,6 +87,11 @@ def _request_id(inst: object, attribute: attrs.Attribute[Any], value: Any) -> No
         raise ValueError(f"{attribute.name} must be an integer in 0..2**64-1, got {value!r}")
 
 
+def _version(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not int or not 0 <= value <= _MAX_REQUEST_ID:
+        raise ValueError(f"{attribute.name} must be an integer in 0..2**64-1, got {value!r}")
+
+
 def _str(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if type(value) is not str:
         raise TypeError(f"{attribute.name} must be a str, got {type(value).__name__}")
@@ -167,7 +172,7 @@ class Hello:
     """First request on a connection: protocol version, client name, optional auth token."""
 
     request_id: int = attrs.field(validator=_request_id)
-    version: int = PROTOCOL_VERSION
+    version: int = attrs.field(default=PROTOCOL_VERSION, validator=_version)
     client_name: str = attrs.field(default="", validator=_str)
     token: str | None = attrs.field(default=None, validator=_opt_str, repr=False)
 

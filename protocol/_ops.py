@@ -178,7 +178,13 @@ def _change(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
 def _ttl(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
-    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+    if type(value) not in (int, float):
+        # The type name only: repr() of a received value may be huge or nested too deeply.
+        raise ValueError(
+            f"{type(inst).__name__}.{attribute.name} must be a positive finite "
+            f"number of seconds or None, got {type(value).__name__}"
+        )
+    if not math.isfinite(value) or value <= 0:
         raise ValueError(
             f"{type(inst).__name__}.{attribute.name} must be a positive finite "
             f"number of seconds or None, got {value!r}"
@@ -199,10 +205,6 @@ def _wrap_hint(value: object) -> str:
     if isinstance(value, Operator):
         return " (wrap it in Assert, If or SelectOperatorValue)"
     return ""
-
-
-def _statements(value: Any) -> tuple[Statement, ...]:
-    return tuple(value)
 
 
 def _block_items(inst: Block, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:

@@ -1,0 +1,533 @@
+"""Property tests: arbitrary valid trees and messages round-trip exactly, however the bytes are
+chunked; arbitrary garbage never makes a Connection raise anything but ProtocolError."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol import (
+    FALSE,
+    TRUE,
+    Abort,
+    And,
+    AnywayContinueAfter,
+    Assert,
+    Block,
+    Cancel,
+    Cancelled,
+    Cause,
+    Connection,
+    DeleteVar,
+    EndSession,
+    ErrorCode,
+    ErrorReply,
+    Execute,
+    Exists,
+    GetStatistics,
+    Hello,
+    If,
+    LockLost,
+    LostReason,
+    Not,
+    Or,
+    Ping,
+    Pong,
+    ProtocolError,
+    Reply,
+    Role,
+    SelectConstantValue,
+    SelectOperatorValue,
+    SelectVarValue,
+    SessionEnded,
+    SessionSpec,
+    SetVar,
+    Statistics,
+    Status,
+    Transaction,
+    TransactionResult,
+    TreeLimits,
+    Welcome,
+    Xor,
+    frame,
+    node_from_wire,
+    node_to_wire,
+    pack,
+    request_to_wire,
+    server_message_to_wire,
+)
+
+# Generated trees can be deeper / larger than the default limits; the round trip is about the
+# encoding, the limits have their own tests.
+ROOMY = TreeLimits(max_depth=500, max_ops=100_000)
+# No per-example deadline: a loaded CI machine must not turn a slow example into a failure.
+RELAXED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# --- strategies ---------------------------------------------------------------------------------
+
+names = st.text(min_size=1, max_size=8).filter(lambda s: bool(s.strip()))
+texts = st.text(max_size=8)
+uint64 = st.integers(0, 2**64 - 1)
+finite = st.floats(allow_nan=False, allow_infinity=False)
+non_negative = st.one_of(st.integers(0, 10**9), st.floats(0, 1e9, allow_nan=False))
+positive = st.one_of(
+    st.integers(1, 10**9),
+    st.floats(0, 1e9, exclude_min=True, allow_nan=False, allow_infinity=False),
+)
+
+# User values as they come back from the wire: lists (never tuples), str-keyed maps, no NaN
+# (NaN != NaN would defeat the equality check; NaN itself has a golden test elsewhere).
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False),
+    texts,
+    st.binary(max_size=8),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(texts, inner, max_size=4)),
+    max_leaves=8,
+)
+
+
+def _change_ops() -> st.SearchStrategy[Any]:
+    setvar = st.builds(
+        SetVar,
+        names,
+        names,
+        values,
+        description=st.none() | texts,
+        ttl=st.none() | positive,
+        allow_duplicates=st.booleans(),
+    )
+    deletevar = st.builds(DeleteVar, names, names, values)
+    return setvar | deletevar
+
+
+change_ops = _change_ops()
+leaf_operators = st.one_of(
+    st.just(TRUE),
+    st.just(FALSE),
+    st.builds(Exists, names, names, values, ignore_this_session=st.booleans()),
+    change_ops,
+)
+operators = st.recursive(
+    leaf_operators,
+    lambda inner: st.one_of(
+        st.builds(And, inner, inner),
+        st.builds(Or, inner, inner),
+        st.builds(Xor, inner, inner),
+        st.builds(Not, inner),
+    ),
+    max_leaves=6,
+)
+leaf_statements = st.one_of(
+    st.just(Abort()),
+    st.builds(Assert, operators),
+    st.builds(SelectConstantValue, names, values),
+    st.builds(SelectOperatorValue, names, operators),
+    st.builds(
+        SelectVarValue,
+        names,
+        names,
+        names,
+        ignore_this_session=st.booleans(),
+        abort_if_not_found=st.booleans(),
+        select_many=st.booleans(),
+    ),
+    st.builds(AnywayContinueAfter, change_ops, reset_abort=st.booleans()),
+)
+statements = st.recursive(
+    leaf_statements,
+    lambda inner: st.one_of(
+        st.lists(inner, min_size=1, max_size=3).map(lambda items: Block(*items)),
+        st.builds(If, operators, inner, st.none() | inner),
+    ),
+    max_leaves=6,
+)
+nodes = statements | operators
+
+sessions = st.builds(SessionSpec, names, max_age=positive, description=texts)
+transactions = st.builds(
+    Transaction,
+    names,
+    st.lists(statements, max_size=3),
+    transaction_id=texts,
+    description=texts,
+    min_uptime=non_negative,
+    min_trust=st.floats(0, 1) | st.sampled_from([0, 1]),
+)
+requests = st.one_of(
+    st.builds(
+        Hello,
+        uint64,
+        version=uint64,
+        client_name=texts,
+        token=st.none() | texts,
+    ),
+    st.builds(Execute, uint64, sessions, transactions, st.none() | non_negative),
+    st.builds(EndSession, uint64, names),
+    st.builds(GetStatistics, uint64),
+    st.builds(Ping, uint64),
+    st.builds(Cancel, uint64, uint64),
+)
+
+stat_maps = st.dictionaries(texts, values, max_size=4)
+results = st.builds(
+    TransactionResult,
+    status=st.sampled_from(Status),
+    cause=st.sampled_from(Cause),
+    transaction_id=texts,
+    host=texts,
+    uptime=st.floats(allow_nan=False),
+    trust=st.floats(allow_nan=False),
+    failed_statement=st.none() | texts,
+    data=st.lists(st.tuples(texts, values), max_size=4).map(tuple),
+    fence=uint64,
+    valid_until=st.none() | st.floats(allow_nan=False),
+)
+bodies = st.one_of(
+    results,
+    st.builds(SessionEnded, st.booleans()),
+    st.builds(Pong, st.floats(allow_nan=False), st.floats(allow_nan=False)),
+    st.builds(Statistics, stat_maps),
+    st.builds(Welcome, st.integers(-(2**63), 2**64 - 1), texts, texts, stat_maps),
+    st.builds(Cancelled, st.booleans()),
+)
+server_messages = st.one_of(
+    st.builds(Reply, uint64, bodies),
+    st.builds(ErrorReply, st.none() | uint64, st.sampled_from(ErrorCode), texts),
+    st.builds(
+        LockLost,
+        texts,
+        st.sampled_from(LostReason),
+        st.lists(st.tuples(texts, texts, texts, uint64), max_size=3).map(tuple),
+    ),
+)
+
+
+def chunked(data: bytes, cuts: list[int]) -> list[bytes]:
+    """Split ``data`` at the given positions (taken modulo len+1, sorted, deduplicated)."""
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    out, prev = [], 0
+    for p in [*points, len(data)]:
+        out.append(data[prev:p])
+        prev = p
+    return out
+
+
+# --- round trips --------------------------------------------------------------------------------
+
+
+@RELAXED
+@given(nodes)
+def test_tree_round_trip(node: Any) -> None:
+    """Any valid tree -> wire -> msgpack -> wire -> tree is the identity."""
+    wire = node_to_wire(node)
+    assert node_from_wire(msgpack.unpackb(pack(wire)), ROOMY) == node
+
+
+@RELAXED
+@given(requests, st.lists(st.integers(0, 10_000), max_size=8))
+def test_request_round_trip(request: Any, cuts: list[int]) -> None:
+    """Any valid request encoded by a client decodes to an equal request on the server, fed
+    whole and fed in arbitrary chunks."""
+    data = Connection(Role.CLIENT).send(request)
+    server = Connection(Role.SERVER, limits=ROOMY)
+    server.receive_data(data)
+    assert server.next_message() == request
+    assert server.next_message() is None
+    server = Connection(Role.SERVER, limits=ROOMY)
+    got = []
+    for chunk in chunked(data + data, cuts):
+        server.receive_data(chunk)
+        while (msg := server.next_message()) is not None:
+            got.append(msg)
+    assert got == [request, request]
+    assert server.buffered == 0
+
+
+@RELAXED
+@given(server_messages, st.lists(st.integers(0, 10_000), max_size=8))
+def test_server_message_round_trip(message: Any, cuts: list[int]) -> None:
+    """Any valid server message encoded by a server decodes to an equal message on the
+    client, fed whole and fed in arbitrary chunks."""
+    data = Connection(Role.SERVER).send(message)
+    client = Connection(Role.CLIENT)
+    client.receive_data(data)
+    assert client.next_message() == message
+    client = Connection(Role.CLIENT)
+    got = []
+    for chunk in chunked(data * 3, cuts):
+        client.receive_data(chunk)
+        while (msg := client.next_message()) is not None:
+            got.append(msg)
+    assert got == [message] * 3
+
+
+@RELAXED
+@given(st.lists(requests, min_size=1, max_size=5), st.lists(st.integers(0, 10_000), max_size=10))
+def test_pipelined_requests_round_trip(batch: list[Any], cuts: list[int]) -> None:
+    """A pipelined batch of requests, however chunked, comes out complete and in order."""
+    client = Connection(Role.CLIENT)
+    data = b"".join(client.send(r) for r in batch)
+    server = Connection(Role.SERVER, limits=ROOMY)
+    got = []
+    for chunk in chunked(data, cuts):
+        server.receive_data(chunk)
+        while (msg := server.next_message()) is not None:
+            got.append(msg)
+    assert got == batch
+
+
+@RELAXED
+@given(values)
+def test_values_round_trip_inside_trees(value: Any) -> None:
+    """Any wire value carried by a SelectConstantValue comes back equal."""
+    node = SelectConstantValue("x", value)
+    assert node_from_wire(msgpack.unpackb(pack(node_to_wire(node)))) == node
+
+
+# --- garbage never crashes ----------------------------------------------------------------------
+
+
+def feed_all(conn: Connection, chunks: list[bytes]) -> None:
+    """Feed chunks and pull messages; ProtocolError is the only acceptable failure. After a
+    poisoning (1xx) error the connection must keep refusing; after any other it continues."""
+    poisoned: ProtocolError | None = None
+    for chunk in chunks:
+        try:
+            conn.receive_data(chunk)
+        except ProtocolError as exc:
+            assert exc.code.closes_connection
+            poisoned = exc
+            break
+        while True:
+            try:
+                msg = conn.next_message()
+            except ProtocolError as exc:
+                assert isinstance(exc.code, ErrorCode)
+                assert isinstance(exc.message, str)
+                assert len(exc.message) < 2000
+                if exc.code < 200:
+                    poisoned = exc
+                    break
+                continue
+            except Exception as exc:  # anything else is a bug
+                pytest.fail(f"{type(exc).__name__} escaped the decoder: {exc!r}")
+            if msg is None:
+                break
+        if poisoned is not None:
+            break
+    if poisoned is not None:
+        with pytest.raises(ProtocolError) as again:
+            conn.next_message()
+        assert again.value is poisoned
+
+
+ROLES = st.sampled_from([Role.SERVER, Role.CLIENT])
+
+
+@RELAXED
+@given(ROLES, st.binary(max_size=300), st.lists(st.integers(0, 400), max_size=6))
+def test_random_bytes_only_raise_protocol_error(role: Role, data: bytes, cuts: list[int]) -> None:
+    """Random bytes, in random chunks, raise nothing but ProtocolError (either role)."""
+    feed_all(Connection(role, max_frame=1 << 16), chunked(data, cuts))
+
+
+@RELAXED
+@given(ROLES, st.lists(st.binary(max_size=64), max_size=4), st.lists(st.integers(0, 400)))
+def test_random_framed_payloads_only_raise_protocol_error(
+    role: Role, payloads: list[bytes], cuts: list[int]
+) -> None:
+    """Correctly framed random payloads raise nothing but ProtocolError (either role)."""
+    feed_all(Connection(role), chunked(b"".join(frame(p) for p in payloads), cuts))
+
+
+# Random msgpack documents biased towards the protocol's own vocabulary, so they get past the
+# first checks and exercise the field readers and the tree decoder.
+FIELD_NAMES = sorted(
+    {
+        "type", "id", "version", "client", "token", "session", "max_age",
+        "session_description", "namespace", "statements", "tx_id", "description",
+        "min_uptime", "min_trust", "wait", "target", "status", "cause", "host", "uptime",
+        "trust", "failed", "data", "fence", "valid_until", "existed", "stats", "server",
+        "limits", "found", "code", "name", "message", "reason", "entries",
+    }
+)  # fmt: skip
+WORDS = [
+    *FIELD_NAMES,
+    "hello", "execute", "end", "ping", "cancel", "result", "ended", "pong", "welcome",
+    "cancelled", "error", "lost", "expired", "ttl", "ended",
+    "Assert", "Abort", "Block", "If", "AnywayContinueAfter", "SelectConstantValue",
+    "SelectOperatorValue", "SelectVarValue", "And", "Or", "Xor", "Not", "True", "False",
+    "Exists", "SetVar", "DeleteVar", "", " ",
+]  # fmt: skip
+wire_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.sampled_from([0, 1, 2, 3, 101, 203, 500, -1, 2**64 - 1]),
+    st.floats(),
+    st.sampled_from(WORDS),
+    st.text(max_size=4),
+    st.binary(max_size=4),
+    st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=4)),
+    st.builds(msgpack.Timestamp, st.integers(0, 2**32), st.integers(0, 999_999_999)),
+)
+wire_values = st.recursive(
+    wire_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5),
+        st.tuples(st.sampled_from(WORDS), inner).map(list),
+        st.tuples(st.sampled_from(WORDS), inner, inner).map(list),
+        st.dictionaries(st.sampled_from(WORDS) | st.text(max_size=3), inner, max_size=6),
+    ),
+    max_leaves=20,
+)
+message_like = st.fixed_dictionaries(
+    {"type": st.sampled_from(WORDS), "id": st.one_of(st.integers(0, 5), wire_scalars)},
+    optional={k: wire_values for k in FIELD_NAMES if k not in ("type", "id")},
+)
+
+
+def _pack_any(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True, datetime=False)
+
+
+@RELAXED
+@given(ROLES, st.lists(message_like | wire_values, min_size=1, max_size=3))
+def test_random_msgpack_values_only_raise_protocol_error(role: Role, docs: list[Any]) -> None:
+    """Random msgpack documents (message-like maps, trees, ext types, timestamps, NaN...)
+    raise nothing but ProtocolError (either role)."""
+    feed_all(Connection(role), [b"".join(frame(_pack_any(d)) for d in docs)])
+
+
+@RELAXED
+@given(
+    requests,
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=4),
+    st.sampled_from(["replace", "insert", "delete"]),
+    st.booleans(),
+)
+def test_mutated_request_frames_only_raise_protocol_error(
+    request: Any, edits: list[tuple[int, int]], how: str, reframe: bool
+) -> None:
+    """A valid request frame with a few bytes replaced, inserted or deleted (in the payload
+    with the header fixed up, or anywhere) raises nothing but ProtocolError on the server,
+    and a valid ping right behind it decodes unless the stream was poisoned."""
+    framed_req = Connection(Role.CLIENT).send(request)
+    mutated = _mutate(framed_req[4:] if reframe else framed_req, edits, how)
+    data = frame(mutated) if reframe else mutated
+    feed_all(Connection(Role.SERVER), [data + frame(pack({"type": "ping", "id": 1}))])
+
+
+@RELAXED
+@given(
+    server_messages,
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=4),
+    st.sampled_from(["replace", "insert", "delete"]),
+    st.booleans(),
+)
+def test_mutated_server_frames_only_raise_protocol_error(
+    message: Any, edits: list[tuple[int, int]], how: str, reframe: bool
+) -> None:
+    """Mutated server message frames raise nothing but ProtocolError on the client."""
+    framed_msg = Connection(Role.SERVER).send(message)
+    mutated = _mutate(framed_msg[4:] if reframe else framed_msg, edits, how)
+    feed_all(Connection(Role.CLIENT), [frame(mutated) if reframe else mutated])
+
+
+def _mutate(data: bytes, edits: list[tuple[int, int]], how: str) -> bytes:
+    buf = bytearray(data)
+    for pos, byte in edits:
+        if not buf and how != "insert":
+            break
+        i = pos % (len(buf) + (1 if how == "insert" else 0))
+        if how == "replace":
+            buf[i] = byte
+        elif how == "insert":
+            buf.insert(i, byte)
+        else:
+            del buf[i]
+    return bytes(buf)
+
+
+@RELAXED
+@given(st.lists(statements, min_size=1, max_size=3), st.integers(1, 12), st.integers(1, 60))
+def test_limits_never_crash_and_are_exact(stmts: list[Any], max_depth: int, max_ops: int) -> None:
+    """Under any limits a valid transaction either decodes intact or is refused with exactly
+    TREE_TOO_DEEP or TOO_MANY_OPS, as its true depth and size dictate."""
+    wire = Connection(Role.CLIENT).send(Execute(1, SessionSpec("s"), Transaction("n", stmts)))
+    conn = Connection(Role.SERVER, limits=TreeLimits(max_depth=max_depth, max_ops=max_ops))
+    conn.receive_data(wire)
+    depth = max(_depth(s) for s in stmts)
+    size = sum(_size(s) for s in stmts)
+    try:
+        got = conn.next_message()
+    except ProtocolError as exc:
+        assert exc.request_id == 1
+        assert exc.code in (ErrorCode.TREE_TOO_DEEP, ErrorCode.TOO_MANY_OPS)
+        assert depth > max_depth or size > max_ops
+        return
+    assert depth <= max_depth
+    assert size <= max_ops
+    assert got.transaction.statements == tuple(stmts)  # type: ignore[union-attr]
+
+
+def _children(node: Any) -> list[Any]:
+    wire = node_to_wire(node)
+    return [node_from_wire(w, ROOMY) for w in _child_wires(wire)]
+
+
+def _child_wires(wire: list[Any]) -> list[Any]:
+    op = wire[0]
+    if op == "Block":
+        return list(wire[1])
+    if op in ("Assert", "Not", "AnywayContinueAfter"):
+        return [wire[1]]
+    if op in ("And", "Or", "Xor"):
+        return [wire[1], wire[2]]
+    if op == "If":
+        return wire[1:]
+    if op == "SelectOperatorValue":
+        return [wire[2]]
+    return []
+
+
+def _depth(node: Any) -> int:
+    return 1 + max((_depth(c) for c in _children(node)), default=0)
+
+
+def _size(node: Any) -> int:
+    return 1 + sum(_size(c) for c in _children(node))
+
+
+def test_nan_value_encodes_and_decodes() -> None:
+    """A NaN user value is a valid float on the wire (it is just never equal to anything)."""
+    node = node_from_wire(node_to_wire(SelectConstantValue("x", math.nan)))
+    assert isinstance(node, SelectConstantValue)
+    assert math.isnan(node.value)
+
+
+@RELAXED
+@given(requests)
+def test_request_wire_maps_use_only_documented_keys(request: Any) -> None:
+    """Encoded requests only ever use the documented field names."""
+    wire = request_to_wire(request)
+    assert set(wire) <= set(FIELD_NAMES)
+
+
+@RELAXED
+@given(server_messages)
+def test_server_wire_maps_use_only_documented_keys(message: Any) -> None:
+    """Encoded server messages only ever use the documented field names."""
+    wire = server_message_to_wire(message)
+    assert set(wire) <= set(FIELD_NAMES)
