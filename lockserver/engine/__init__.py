@@ -5,5 +5,19 @@ from ._engine import EngineLimits as EngineLimits
 from ._engine import EngineStatistics as EngineStatistics
 from ._eval import EngineError as EngineError
 from ._eval import same_value as same_value
+from ._waiting import WaitLimits as WaitLimits
+from ._waiting import WaitQueue as WaitQueue
+from ._waiting import WaitStatistics as WaitStatistics
+from ._waiting import dependencies as dependencies
 
-__all__ = ["Engine", "EngineError", "EngineLimits", "EngineStatistics", "same_value"]
+__all__ = [
+    "Engine",
+    "EngineError",
+    "EngineLimits",
+    "EngineStatistics",
+    "WaitLimits",
+    "WaitQueue",
+    "WaitStatistics",
+    "dependencies",
+    "same_value",
+]

@@ -1,0 +1,120 @@
+"""The ``lockserver`` command: load the settings, set up logging, serve until a signal.
+
+Rules kept (issue #3, docs/configuration.md):
+- An invalid setting or command line prints ONE line on stderr
+  (``lockserver: error: ...``) and exits 2; no usage block, no traceback. A failure to listen
+  (address in use, permission) prints one line and exits 1.
+- Once listening it prints exactly ``lockserver listening on HOST:PORT`` on stdout, flushed (the
+  real port when ``--port 0`` was asked), so scripts and tests can read the port.
+- SIGINT / SIGTERM: stop accepting, let in-flight replies drain, exit 0 within a second.
+- Logs go to stderr through the standard ``logging`` module: a human format by default, one
+  JSON object per line with ``--log-json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import trio
+
+from ._config import ConfigError, ServerConfig, load_config
+from ._server import RunningServer, serve
+
+__all__ = ["main"]
+
+log = logging.getLogger("lockserver")
+
+_HUMAN_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time (UTC, ISO 8601), level, logger, message, and the
+    traceback as ``exc`` when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def configure_logging(config: ServerConfig) -> None:
+    """Send the ``lockserver`` logger to stderr at ``config.log_level``."""
+    handler = logging.StreamHandler(sys.stderr)
+    if config.log_json:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(_HUMAN_FORMAT))
+    logger = logging.getLogger("lockserver")
+    logger.handlers[:] = [handler]
+    logger.setLevel(config.log_level)
+    logger.propagate = False
+
+
+async def _run(config: ServerConfig) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            running: RunningServer = await nursery.start(serve, config)
+            print(f"lockserver listening on {running.address}", flush=True)
+            async for signum in signals:
+                log.info("received %s: shutting down", signal.Signals(signum).name)
+                running.shutdown()
+                break
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the server; return the process exit code (0 after a signal, 2 on a bad setting,
+    1 when it cannot listen)."""
+    try:
+        config = load_config(sys.argv[1:] if argv is None else argv, os.environ)
+    except ConfigError as exc:
+        print(f"lockserver: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except SystemExit as exc:  # --help / --version
+        return exc.code if isinstance(exc.code, int) else 0
+    configure_logging(config)
+    try:
+        trio.run(_run, config)
+    except (OSError, KeyboardInterrupt, BaseExceptionGroup) as exc:
+        os_error = _find(exc, OSError)
+        if os_error is not None:
+            print(
+                f"lockserver: error: cannot listen on {config.host}:{config.port}: {os_error}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 1
+        if _find(exc, KeyboardInterrupt) is not None:  # a signal before the handlers were set
+            return 0
+        raise
+    return 0
+
+
+def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first ``kind`` in ``exc`` or, recursively, in its exception group."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _find(inner, kind)
+            if found is not None:
+                return found
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

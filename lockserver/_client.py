@@ -1,0 +1,250 @@
+"""One client connection as the server sees it: its socket, its outbox, and how it is closed.
+
+Why / rules kept (issue #3):
+- Replies and events leave in the order they were queued, and anyone may queue them: the
+  connection's reader (replies), the sweeper and other connections' readers (``LockLost``
+  events), and later the waiting-transaction machinery (a parked transaction is answered by
+  pushing its reply from whichever task decides it).
+- The server never waits on a client: unsent bytes beyond ``max_send_buffer``, or a blocked
+  send that makes no progress for ``send_timeout``, drop the client as a slow consumer; it is
+  sent nothing more.
+- Closing on purpose never destroys the last reply (lingering close, below).
+
+Theory of operation
+===================
+**The outbox and its writer.** The outbox is a bytearray. Queuing is followed by one
+synchronous, non-blocking ``send`` of the whole outbox (:meth:`Client.send_pending`), so in the
+common case there is no writer task and no task switch at all: the reader of a batch of
+pipelined requests appends every reply and sends them with ONE syscall. Only when the kernel
+refuses bytes (the client reads slower than it asks) does the connection become *blocked*: a
+writer task is spawned in the connection's nursery; it waits for writability (at most
+``send_timeout`` per wait), sends, and ends when the outbox is empty. While blocked nobody else
+sends (bytes stay in order), queuing only appends, and an outbox past ``max_send_buffer``
+drops the client at once.
+
+Chosen over a permanent writer task per connection woken by an Event: that costs a task switch
+per batch on the hot path and 10,000 idle tasks at the connection limit. Chosen over "the
+reader writes": events for an idle connection arrive while its reader sleeps in
+``wait_readable``, and a reader stuck writing to one slow client could not notice the client's
+next bytes.
+
+**Closing.** :meth:`Client.finish` closes gracefully (a protocol error, a wrong version, a
+timeout, shutdown): the writer drains what is queued (bounded), then the socket is half-closed
+and the server *lingers*, reading and discarding until the peer's EOF (bounded). Closing a
+socket with unread input makes the kernel send a TCP RST, which can destroy the error reply the
+client has not read yet; this is Apache's lingering close (also described in h11's docs).
+:meth:`Client.kill` drops at once (slow consumer, send failure).
+
+Prior art: Redis's ``client-output-buffer-limit`` (the slow-consumer rule), trio's
+``SocketStream`` (whose per-call scheduling this avoids), Apache's lingering close.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+from collections.abc import Callable
+from typing import Final
+
+import trio
+
+from protocol import Connection, ErrorCode
+
+__all__ = ["Client", "linger", "CLOSE_GRACE"]
+
+log = logging.getLogger("lockserver")
+
+#: Bound on draining + lingering for one connection the server closes on purpose.
+CLOSE_GRACE: Final = 0.5
+
+
+class Client:
+    """One connection's state. Plain slotted class: touched on every request.
+
+    ``on_slow(client, why)`` is called once when the client is dropped as a slow consumer
+    (the server counts and logs it).
+    """
+
+    __slots__ = (
+        "blocked",
+        "client_name",
+        "closing",
+        "dead",
+        "eof",
+        "fd",
+        "greeted",
+        "last_recv",
+        "max_send_buffer",
+        "name",
+        "nursery",
+        "on_slow",
+        "opened_at",
+        "outbox",
+        "proto",
+        "read_scope",
+        "send_timeout",
+        "sessions",
+        "sock",
+        "stop_code",
+        "stop_message",
+        "stopping",
+        "unblocked",
+    )
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        name: str,
+        proto: Connection,
+        now: float,
+        *,
+        max_send_buffer: int,
+        send_timeout: float,
+        on_slow: Callable[[Client, str], None],
+    ) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.name = name
+        self.proto = proto
+        self.max_send_buffer = max_send_buffer
+        self.send_timeout = send_timeout
+        self.on_slow = on_slow
+        self.outbox = bytearray()
+        self.sessions: set[str] = set()  # ids of the sessions this connection executed in
+        self.greeted = False
+        self.client_name = ""
+        self.opened_at = now
+        self.last_recv = now
+        self.blocked = False  # a writer task owns sending until the outbox is empty
+        self.unblocked: trio.Event | None = None
+        self.closing = False  # stop after the current request (its reply closes the connection)
+        self.stopping = False  # the server asked the reader to stop (timeout, shutdown)
+        self.stop_code: ErrorCode | None = None  # error to send last when stopping
+        self.stop_message = ""
+        self.eof = False  # the peer half-closed
+        self.dead = False  # dropped or closed: send nothing more
+        self.read_scope = trio.CancelScope()  # the reader runs inside it
+        self.nursery: trio.Nursery | None = None  # the connection's tasks (reader, writer)
+
+    # --- sending ------------------------------------------------------------------------------
+
+    def push(self, data: bytes) -> None:
+        """Queue a server-initiated message (an event, later a parked reply) and send it."""
+        if self.dead:
+            return
+        self.outbox += data
+        self.send_pending()
+
+    def send_pending(self) -> None:
+        """Send what the kernel takes now; past ``max_send_buffer`` unsent, drop the client."""
+        self.flush()
+        if self.blocked and len(self.outbox) > self.max_send_buffer:
+            self._slow(f"{len(self.outbox)} unsent bytes (max_send_buffer={self.max_send_buffer})")
+
+    def flush(self) -> None:
+        """One non-blocking send of the outbox; the rest goes to a writer task."""
+        out = self.outbox
+        if not out or self.blocked or self.dead:
+            return
+        try:
+            n = self.sock.send(out)
+        except BlockingIOError:
+            n = 0
+        except OSError as exc:
+            self.kill(f"send failed: {exc}")
+            return
+        if n == len(out):
+            out.clear()
+            return
+        del out[:n]
+        self.blocked = True
+        self.unblocked = trio.Event()
+        assert self.nursery is not None
+        self.nursery.start_soon(self._write_blocked)
+
+    async def _write_blocked(self) -> None:
+        try:
+            while self.outbox and not self.dead:
+                with trio.move_on_after(self.send_timeout) as scope:
+                    await trio.lowlevel.wait_writable(self.fd)
+                if scope.cancelled_caught:
+                    self._slow(
+                        f"no send progress for {self.send_timeout:g} s (send_timeout), "
+                        f"{len(self.outbox)} bytes unsent"
+                    )
+                    return
+                try:
+                    n = self.sock.send(self.outbox)
+                except BlockingIOError:
+                    continue
+                except OSError as exc:
+                    self.kill(f"send failed: {exc}")
+                    return
+                del self.outbox[:n]
+        finally:
+            self.blocked = False
+            if self.unblocked is not None:
+                self.unblocked.set()
+
+    def _slow(self, why: str) -> None:
+        if not self.dead:
+            self.on_slow(self, why)
+            self.kill("slow consumer")
+
+    # --- closing ------------------------------------------------------------------------------
+
+    def stop(self, code: ErrorCode | None, message: str) -> None:
+        """Ask the reader to stop between batches and close gracefully, sending ``code`` /
+        ``message`` as a last error reply when given."""
+        if self.stopping or self.dead:
+            return
+        self.stopping = True
+        self.stop_code = code
+        self.stop_message = message
+        self.read_scope.cancel()
+
+    def kill(self, why: str) -> None:
+        """Close at once, sending nothing more."""
+        if self.dead:
+            return
+        self.dead = True
+        self.outbox.clear()
+        log.debug("connection %s dropped: %s", self.name, why)
+        if self.nursery is not None:
+            self.nursery.cancel_scope.cancel()
+
+    async def finish(self, last: bytes, buffer: bytearray) -> None:
+        """After the reader stopped: queue ``last`` (may be empty), let the outbox drain, then
+        a lingering half-close (skipped after the peer's EOF). ``buffer`` is scratch space."""
+        if self.dead:
+            return
+        if last:
+            self.outbox += last
+            self.flush()
+        with trio.move_on_after(math.inf if self.eof else CLOSE_GRACE):
+            # After EOF the peer may still be reading its replies: the writer's own
+            # send_timeout bounds that wait.
+            if self.blocked and self.unblocked is not None:
+                await self.unblocked.wait()
+            if not self.eof and not self.dead:
+                await linger(self.sock, buffer)
+
+
+async def linger(sock: socket.socket, buffer: bytearray) -> None:
+    """Half-close, then read and discard into ``buffer`` until the peer's EOF (so no TCP RST
+    destroys the last reply before the peer reads it). Callers bound it with a timeout."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        return
+    while True:
+        try:
+            n = sock.recv_into(buffer)
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(sock)
+            continue
+        except OSError:
+            return
+        if not n:
+            return

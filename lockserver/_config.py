@@ -1,0 +1,407 @@
+"""The server's settings: one frozen value, and the loader that fills it from four sources.
+
+Why / rules kept (issue #3, docs/configuration.md):
+- :class:`ServerConfig` is a frozen attrs value with a validator on every field and a sane
+  default for everything, so ``ServerConfig()`` is a working server and a bad value fails when
+  the value is made, naming the field, the bound and the value (``max_frame must be >= 1024,
+  got 5``). Trust constants are a nested :class:`~lockserver._trust.TrustSettings`.
+- :func:`load_config` applies the precedence **flag > environment > file > default**, one
+  setting at a time. Each setting is validated on its own with the field's own validator, so
+  the one error line names where the bad value came from: ``(from --max-frame)``,
+  ``(from LOCKSERVER_MAX_FRAME)`` or ``(from /etc/lockserver.toml)``.
+- Every failure is a :class:`ConfigError` with a one-line message; the command prints it and
+  exits 2. argparse's own exits (bad flags) are routed through the same error, so no usage
+  block, no traceback.
+
+Theory of operation: one table (``_SETTINGS``) lists every setting with its flat name and
+kind; the flag (``--max-send-buffer``), the environment variable (``LOCKSERVER_MAX_SEND_BUFFER``)
+and the file key (``max_send_buffer``, or ``tick`` inside ``[trust]`` for ``trust_tick``) are
+all derived from that name, so the four sources cannot drift apart. Text sources (flags, env)
+are parsed by kind; the TOML file is already typed and is only checked.
+
+Prior art: the twelve-factor "config in the environment" layering, as in pip's
+``PIP_*``/config-file/flag scheme; attrs validators as in trio's and h11's value classes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, NoReturn
+
+import attrs
+
+from ._trust import TrustSettings
+
+__all__ = [
+    "ConfigError",
+    "ServerConfig",
+    "load_config",
+    "server_version",
+    "ENV_PREFIX",
+    "LOG_LEVELS",
+]
+
+ENV_PREFIX: Final = "LOCKSERVER_"
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_MAX_FRAME_ENCODABLE: Final = 0xFFFFFFFF  # the 4-byte length prefix
+
+
+class ConfigError(ValueError):
+    """An invalid setting or command line. ``str(exc)`` is one line, ready for stderr."""
+
+
+# --- validators (each message: "<name> must be ..., got <value>") -----------------------------
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int
+
+
+def _is_number(value: object) -> bool:
+    return type(value) in (int, float)
+
+
+def _int_at_least(low: int, high: int | None = None) -> Any:
+    def check(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not _is_int(value):
+            raise ValueError(f"{attribute.name} must be an integer, got {value!r}")
+        if value < low:
+            raise ValueError(f"{attribute.name} must be >= {low}, got {value!r}")
+        if high is not None and value > high:
+            raise ValueError(f"{attribute.name} must be <= {high}, got {value!r}")
+
+    return check
+
+
+def _seconds(*, zero_ok: bool) -> Any:
+    def check(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not _is_number(value) or not math.isfinite(value):
+            raise ValueError(f"{attribute.name} must be a finite number of seconds, got {value!r}")
+        if value < 0 or (value == 0 and not zero_ok):
+            bound = ">= 0" if zero_ok else "> 0"
+            raise ValueError(f"{attribute.name} must be {bound} seconds, got {value!r}")
+
+    return check
+
+
+def _port(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not _is_int(value) or not 0 <= value <= 65535:
+        raise ValueError(f"{attribute.name} must be an integer in 0..65535, got {value!r}")
+
+
+def _host(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not str or not value.strip():
+        raise ValueError(
+            f"{attribute.name} must be a non-empty host name or address, got {value!r}"
+        )
+
+
+def _log_level(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value not in LOG_LEVELS:
+        raise ValueError(f"{attribute.name} must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
+
+
+def _bool(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not bool:
+        raise ValueError(f"{attribute.name} must be true or false, got {value!r}")
+
+
+def _trust_settings(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, TrustSettings):
+        raise ValueError(f"{attribute.name} must be a TrustSettings, got {value!r}")
+
+
+def _to_float(value: Any) -> Any:
+    """Accept whole numbers for seconds; leave anything else for the validator to refuse."""
+    return float(value) if type(value) is int else value
+
+
+def _to_upper(value: Any) -> Any:
+    return value.upper() if type(value) is str else value
+
+
+# --- the value --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ServerConfig:
+    """Every setting of the server, validated. docs/configuration.md says why each default is
+    what it is."""
+
+    #: Address to listen on (a name, an IPv4 or an IPv6 address).
+    host: str = attrs.field(default="127.0.0.1", validator=_host)
+    #: TCP port; 0 asks the OS for a free one (the real port is on RunningServer.port).
+    port: int = attrs.field(default=7400, validator=_port)
+    #: Largest accepted request frame, in bytes.
+    max_frame: int = attrs.field(
+        default=1024 * 1024, validator=_int_at_least(1024, _MAX_FRAME_ENCODABLE)
+    )
+    #: Most nodes in one transaction tree.
+    max_ops: int = attrs.field(default=1000, validator=_int_at_least(1))
+    #: Deepest nesting of one transaction tree.
+    max_depth: int = attrs.field(default=32, validator=_int_at_least(1))
+    #: Most simultaneous client connections; one more is refused with TOO_MANY_CONNECTIONS.
+    max_connections: int = attrs.field(default=10_000, validator=_int_at_least(1))
+    #: Most live sessions in the engine.
+    max_sessions: int = attrs.field(default=1_000_000, validator=_int_at_least(1))
+    #: Most lock entries in the engine.
+    max_entries: int = attrs.field(default=10_000_000, validator=_int_at_least(1))
+    #: Most lock entries one session may hold.
+    max_entries_per_session: int = attrs.field(default=100_000, validator=_int_at_least(1))
+    #: Largest session max age (idle time) a client may ask for; above it: INVALID_MESSAGE.
+    max_session_age: float = attrs.field(
+        default=3600.0, converter=_to_float, validator=_seconds(zero_ok=False)
+    )
+    #: Longest sleep of the expiry sweeper (it also wakes at the engine's next deadline).
+    sweep_interval: float = attrs.field(
+        default=1.0, converter=_to_float, validator=_seconds(zero_ok=False)
+    )
+    #: Unsent reply/event bytes one connection may hold before it is dropped as a slow consumer.
+    max_send_buffer: int = attrs.field(default=4 * 1024 * 1024, validator=_int_at_least(1024))
+    #: Seconds a blocked send may make no progress before the client is dropped.
+    send_timeout: float = attrs.field(
+        default=10.0, converter=_to_float, validator=_seconds(zero_ok=False)
+    )
+    #: Seconds a new connection has to send its Hello; 0 = no limit.
+    handshake_timeout: float = attrs.field(
+        default=10.0, converter=_to_float, validator=_seconds(zero_ok=True)
+    )
+    #: Seconds a connection may send nothing before it is dropped; 0 = never.
+    idle_timeout: float = attrs.field(
+        default=300.0, converter=_to_float, validator=_seconds(zero_ok=True)
+    )
+    #: Longest server-side wait a transaction may ask for (its ``wait`` field), in seconds.
+    max_wait: float = attrs.field(
+        default=300.0, converter=_to_float, validator=_seconds(zero_ok=False)
+    )
+    #: Most parked (waiting) transactions in the server; one more: TOO_MANY_WAITERS.
+    max_waiters: int = attrs.field(default=100_000, validator=_int_at_least(1))
+    #: Most parked transactions of one session.
+    max_waiters_per_session: int = attrs.field(default=1_000, validator=_int_at_least(1))
+    #: Most parked transactions of one connection.
+    max_waiters_per_connection: int = attrs.field(default=10_000, validator=_int_at_least(1))
+    #: Threshold of the ``lockserver`` logger (DEBUG, INFO, WARNING, ERROR, CRITICAL).
+    log_level: str = attrs.field(default="INFO", converter=_to_upper, validator=_log_level)
+    #: One JSON object per log line instead of the human format.
+    log_json: bool = attrs.field(default=False, validator=_bool)
+    #: Constants of the trust monitor (docs/trust.md).
+    trust: TrustSettings = attrs.field(factory=TrustSettings, validator=_trust_settings)
+
+
+# --- the loader -------------------------------------------------------------------------------
+
+_KIND_NAMES: Final = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off"})
+
+
+@attrs.frozen
+class _Setting:
+    """One loadable setting: its flat name, kind, and where it lives in ServerConfig."""
+
+    name: str  # flat name: "max_frame", "trust_tick"
+    kind: type
+    field: attrs.Attribute[Any]  # the attrs field whose validator judges it
+    trust: bool  # True: a TrustSettings field
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    def check(self, value: Any) -> Any:
+        """Convert and validate ``value`` with the field's own converter and validator."""
+        converter = self.field.converter
+        if callable(converter):
+            value = converter(value)
+        validator = self.field.validator
+        if validator is not None:
+            try:
+                validator(None, self.field, value)
+            except (TypeError, ValueError) as exc:
+                message = str(exc).replace("TrustSettings.", "trust_")
+                if self.trust and not message.startswith("trust_"):
+                    message = f"trust_{message}"
+                raise ValueError(message) from None
+        return value
+
+
+def _build_settings() -> tuple[_Setting, ...]:
+    out = []
+    for f in attrs.fields(ServerConfig):
+        if f.name == "trust":
+            continue
+        out.append(_Setting(f.name, type(f.default), f, trust=False))
+    for f in attrs.fields(TrustSettings):
+        kind = int if type(f.default) is int else float
+        out.append(_Setting(f"trust_{f.name}", kind, f, trust=True))
+    return tuple(out)
+
+
+_SETTINGS: Final = _build_settings()
+_BY_NAME: Final = {s.name: s for s in _SETTINGS}
+
+
+def _parse_text(setting: _Setting, text: str) -> Any:
+    """Parse a flag or environment value by the setting's kind."""
+    kind = setting.kind
+    stripped = text.strip()
+    try:
+        if kind is bool:
+            low = stripped.lower()
+            if low in _TRUE:
+                return True
+            if low in _FALSE:
+                return False
+            raise ValueError
+        if kind is int:
+            return int(stripped)
+        if kind is float:
+            return float(stripped)
+    except ValueError:
+        raise ValueError(f"{setting.name} must be {_KIND_NAMES[kind]}, got {text!r}") from None
+    return text
+
+
+def _check_typed(setting: _Setting, value: Any) -> Any:
+    """Check a TOML value's type by the setting's kind (TOML is typed already)."""
+    kind = setting.kind
+    if not (type(value) is kind or (kind is float and type(value) is int)):
+        raise ValueError(f"{setting.name} must be {_KIND_NAMES[kind]}, got {value!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ConfigError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def server_version() -> str:
+    """The installed distribution's version, or "unknown" when run from a bare checkout."""
+    try:
+        from importlib.metadata import version
+
+        return version("lockserver")
+    except Exception:  # not installed (PYTHONPATH checkout): say so rather than fail
+        return "unknown"
+
+
+def _argument_parser() -> _Parser:
+    p = _Parser(
+        prog="lockserver",
+        description=(
+            "An in-memory lock server. Every setting can also come from the environment "
+            f"({ENV_PREFIX}<NAME>) or a TOML file (--config); a flag wins over the "
+            "environment, which wins over the file. See docs/configuration.md."
+        ),
+        allow_abbrev=False,
+    )
+    p.add_argument("--version", action="version", version=f"lockserver {server_version()}")
+    p.add_argument("--config", metavar="FILE", help=f"TOML settings file (or {ENV_PREFIX}CONFIG)")
+    for s in _SETTINGS:
+        default: Any = s.field.default
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            default = default.factory()
+        if s.kind is bool:
+            p.add_argument(
+                s.flag,
+                dest=s.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=f"(env {s.env}, default {str(default).lower()})",
+            )
+        else:
+            p.add_argument(
+                s.flag,
+                dest=s.name,
+                metavar=s.name.upper() if s.kind is str else s.kind.__name__.upper(),
+                default=None,
+                help=f"(env {s.env}, default {default})",
+            )
+    return p
+
+
+def _read_file(path: str) -> dict[str, tuple[Any, str]]:
+    """Flat name -> (value, source) from a TOML file."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    out: dict[str, tuple[Any, str]] = {}
+    for key, value in data.items():
+        if key == "trust":
+            if not isinstance(value, dict):
+                raise ConfigError(f"[trust] in config file {path} must be a table")
+            for tkey, tvalue in value.items():
+                name = f"trust_{tkey}"
+                if name not in _BY_NAME:
+                    raise ConfigError(f"unknown setting {tkey!r} in [trust] of config file {path}")
+                out[name] = (tvalue, path)
+            continue
+        setting = _BY_NAME.get(key)
+        if setting is None or setting.trust:
+            raise ConfigError(f"unknown setting {key!r} in config file {path}")
+        out[key] = (value, path)
+    return out
+
+
+def load_config(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> ServerConfig:
+    """Build the ServerConfig from command-line flags, ``LOCKSERVER_*`` environment variables,
+    an optional TOML file and the defaults, in that order of precedence.
+
+    ``argv`` excludes the program name (None: ``sys.argv[1:]``); ``environ`` defaults to
+    ``os.environ``. Raises :class:`ConfigError` with one line naming the setting, the problem
+    and the source; ``--help`` and ``--version`` raise SystemExit(0) as argparse does.
+    Unknown ``LOCKSERVER_*`` variables are ignored (clients share the prefix).
+    """
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    environ = os.environ if environ is None else environ
+    args = _argument_parser().parse_args(argv)
+
+    config_path = args.config
+    if config_path is None:
+        config_path = environ.get(ENV_PREFIX + "CONFIG") or None
+    from_file = _read_file(config_path) if config_path else {}
+
+    values: dict[str, Any] = {}
+    for s in _SETTINGS:
+        flag_value = getattr(args, s.name)
+        try:
+            if flag_value is not None:
+                source = s.flag
+                value = flag_value if s.kind is bool else _parse_text(s, flag_value)
+            elif s.env in environ:
+                source = s.env
+                value = _parse_text(s, environ[s.env])
+            elif s.name in from_file:
+                raw, source = from_file[s.name]
+                value = _check_typed(s, raw)
+            else:
+                continue
+            values[s.name] = s.check(value)
+        except ValueError as exc:
+            raise ConfigError(f"{exc} (from {source})") from None
+
+    trust_kwargs = {
+        s.field.name: values.pop(s.name) for s in _SETTINGS if s.trust and s.name in values
+    }
+    try:
+        trust = TrustSettings(**trust_kwargs)
+        return ServerConfig(**values, trust=trust)
+    except (TypeError, ValueError) as exc:  # a cross-field rule, should one be added
+        raise ConfigError(str(exc)) from None
