@@ -47,17 +47,20 @@ def mds_review(facility: str, patient: str) -> list[Assert]:
 def demo(host: str, port: int) -> None:
     """The seed's story: two users enter, a third cannot review; after both leave, it can."""
     with LockClient(host, port) as c:
-        with c.session(description="user1") as u1, c.session(description="user2") as u2:
-            with c.session(description="user3") as u3:
-                for name, s in (("user1", u1), ("user2", u2)):
-                    r = s.execute(NS, mds_entry("CGROVE-35", "R-45899"))
-                    print(f"{name} MDS entry   -> ok={r.ok} fence={r.fence}")
-                r = u3.execute(NS, mds_review("CGROVE-35", "R-45899"))
-                print(f"user3 MDS review  -> ok={r.ok} failed at {r.failed_statement!r}")
-                for s in (u1, u2):
-                    s.execute(NS, [AnywayContinueAfter(DeleteVar("MDS-Entry", "CGROVE-35"))])
-                r = u3.execute(NS, mds_review("CGROVE-35", "R-45899"))
-                print(f"user3 MDS review (entries done) -> ok={r.ok} fence={r.fence}")
+        with (
+            c.session(description="user1") as u1,
+            c.session(description="user2") as u2,
+            c.session(description="user3") as u3,
+        ):
+            for name, s in (("user1", u1), ("user2", u2)):
+                r = s.execute(NS, mds_entry("CGROVE-35", "R-45899"))
+                print(f"{name} MDS entry   -> ok={r.ok} fence={r.fence}")
+            r = u3.execute(NS, mds_review("CGROVE-35", "R-45899"))
+            print(f"user3 MDS review  -> ok={r.ok} failed at {r.failed_statement!r}")
+            for s in (u1, u2):
+                s.execute(NS, [AnywayContinueAfter(DeleteVar("MDS-Entry", "CGROVE-35"))])
+            r = u3.execute(NS, mds_review("CGROVE-35", "R-45899"))
+            print(f"user3 MDS review (entries done) -> ok={r.ok} fence={r.fence}")
         stats = c.statistics()
         print(
             f"server: {stats['engine']['transactions']} transactions, trust "
