@@ -1,0 +1,216 @@
+"""Round trips per second through the Python client, against a private server.
+
+Why: the client's request path is the cost users see; redis-py's lock (acquire+release on one
+sync connection, ~3.8k pairs/s on the dev box) is the bar for the sync face. This script starts
+its own server (a subprocess, ``python -m lockserver --port 0``, reading the
+``lockserver listening on HOST:PORT`` line; ``--in-thread`` runs it in a thread of this process
+instead, which then shares the GIL with the client) and measures three scenarios, each bounded
+by a pair count and a time limit, repeated (3 times by default), printing the median and the
+spread (min..max):
+
+1. ``sync``: one LockClient, one session, acquire+release pairs on distinct keys:
+   ``[Assert(Not(Exists(T, k))), Assert(SetVar(T, k, ticket))]`` then
+   ``[AnywayContinueAfter(DeleteVar(T, k, ticket))]``.
+2. ``async-1conn``: 64 trio tasks (a session each) sharing one connection, same pairs.
+3. ``async-8conn``: 64 tasks over 8 connections (8 tasks per client).
+
+Run: ``python benchmarks/client_rtt.py [--pairs N] [--seconds S] [--repeat R] [--in-thread]``.
+A pair is two requests: requests/s = 2 x pairs/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import trio
+
+from client import (
+    AnywayContinueAfter,
+    Assert,
+    AsyncSession,
+    DeleteVar,
+    Exists,
+    LockClient,
+    Not,
+    SetVar,
+    open_lock_client,
+)
+
+NAMESPACE = "bench"
+TABLE = "T"
+TASKS = 64
+
+
+def acquire(key: str, ticket: str) -> list[Any]:
+    return [Assert(Not(Exists(TABLE, key))), Assert(SetVar(TABLE, key, ticket))]
+
+
+def release(key: str, ticket: str) -> list[Any]:
+    return [AnywayContinueAfter(DeleteVar(TABLE, key, ticket))]
+
+
+# --- the server -----------------------------------------------------------------------------------
+
+
+@contextmanager
+def subprocess_server() -> Iterator[tuple[str, int]]:
+    """``python -m lockserver --port 0`` in a subprocess; yields (host, port)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lockserver", "--port", "0", "--log-level", "WARNING"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        prefix = "lockserver listening on "
+        if not line.startswith(prefix):
+            raise RuntimeError(f"unexpected first line from the server: {line!r}")
+        host, _, port = line[len(prefix) :].rpartition(":")
+        yield host.strip("[]"), int(port)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@contextmanager
+def thread_server() -> Iterator[tuple[str, int]]:
+    """The server in a thread of this process (its own trio.run)."""
+    from lockserver import ServerConfig, serve
+
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            running = await nursery.start(serve, ServerConfig(port=0, log_level="WARNING"))
+            box["addr"] = (running.host, running.port)
+            box["token"] = trio.lowlevel.current_trio_token()
+            box["scope"] = nursery.cancel_scope
+            ready.set()
+
+    thread = threading.Thread(target=trio.run, args=(main,), daemon=True)
+    thread.start()
+    if not ready.wait(10):
+        raise RuntimeError("the server thread did not start")
+    try:
+        yield box["addr"]
+    finally:
+        trio.from_thread.run_sync(box["scope"].cancel, trio_token=box["token"])
+        thread.join(10)
+
+
+# --- scenarios (each returns (pairs done, seconds)) --------------------------------------------
+
+
+def run_sync(host: str, port: int, pairs: int, seconds: float, rep: int) -> tuple[int, float]:
+    with LockClient(host, port, client_name="bench-sync") as c, c.session() as s:
+        done = 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        while done < pairs and time.perf_counter() < deadline:
+            key = f"s{rep}-{done}"
+            if not s.execute(NAMESPACE, acquire(key, "t")).ok:
+                raise RuntimeError(f"acquire of a fresh key {key} failed")
+            s.execute(NAMESPACE, release(key, "t"))
+            done += 1
+        return done, time.perf_counter() - start
+
+
+async def _tasks(
+    host: str, port: int, connections: int, pairs: int, seconds: float, rep: int
+) -> tuple[int, float]:
+    per_task = max(1, pairs // TASKS)
+    counts = [0] * TASKS
+
+    async def worker(i: int, s: AsyncSession, deadline: float) -> None:
+        n = 0
+        while n < per_task and trio.current_time() < deadline:
+            key = f"a{rep}-{i}-{n}"
+            if not (await s.execute(NAMESPACE, acquire(key, "t"))).ok:
+                raise RuntimeError(f"acquire of a fresh key {key} failed")
+            await s.execute(NAMESPACE, release(key, "t"))
+            n += 1
+        counts[i] = n
+
+    async with trio.open_nursery() as outer:
+        clients = []
+        for _ in range(connections):
+            clients.append(await _enter(outer, host, port))
+        sessions = [clients[i % connections].session() for i in range(TASKS)]
+        start = time.perf_counter()
+        deadline = trio.current_time() + seconds
+        async with trio.open_nursery() as nursery:
+            for i, s in enumerate(sessions):
+                nursery.start_soon(worker, i, s, deadline)
+        elapsed = time.perf_counter() - start
+        for s in sessions:
+            await s.end()
+        outer.cancel_scope.cancel()
+    return sum(counts), elapsed
+
+
+async def _enter(nursery: trio.Nursery, host: str, port: int) -> Any:
+    """Open a client whose block lives in ``nursery`` until it is cancelled."""
+    ready: trio.Event = trio.Event()
+    box: list[Any] = []
+
+    async def hold() -> None:
+        async with open_lock_client(host, port, client_name="bench-trio") as c:
+            box.append(c)
+            ready.set()
+            await trio.sleep_forever()
+
+    nursery.start_soon(hold)
+    await ready.wait()
+    return box[0]
+
+
+def run_async(
+    connections: int,
+) -> Callable[[str, int, int, float, int], tuple[int, float]]:
+    def run(host: str, port: int, pairs: int, seconds: float, rep: int) -> tuple[int, float]:
+        return trio.run(_tasks, host, port, connections, pairs, seconds, rep)
+
+    return run
+
+
+SCENARIOS: dict[str, Callable[[str, int, int, float, int], tuple[int, float]]] = {
+    "sync": run_sync,
+    "async-1conn": run_async(1),
+    "async-8conn": run_async(8),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=20_000, help="pairs per run (upper bound)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="time per run (upper bound)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--in-thread", action="store_true", help="server in a thread")
+    parser.add_argument("--only", choices=sorted(SCENARIOS), action="append")
+    args = parser.parse_args(argv)
+    server = thread_server if args.in_thread else subprocess_server
+    with server() as (host, port):
+        print(f"server {host}:{port} ({'thread' if args.in_thread else 'subprocess'})")
+        print(f"{'scenario':<12} {'pairs/s median':>15} {'spread':>17} {'requests/s':>11}")
+        for name in args.only or list(SCENARIOS):
+            rates = []
+            for rep in range(args.repeat):
+                done, elapsed = SCENARIOS[name](host, port, args.pairs, args.seconds, rep)
+                rates.append(done / elapsed)
+            med = statistics.median(rates)
+            spread = f"{min(rates):.0f}..{max(rates):.0f}"
+            print(f"{name:<12} {med:>15.0f} {spread:>17} {2 * med:>11.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

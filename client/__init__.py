@@ -1,0 +1,93 @@
+"""The lock server's Python client: a sync face (:class:`LockClient`) and a trio face
+(:func:`open_lock_client`) over one socket-free core. See docs/client.md."""
+
+from protocol import FALSE as FALSE
+from protocol import TRUE as TRUE
+from protocol import Abort as Abort
+from protocol import And as And
+from protocol import AnywayContinueAfter as AnywayContinueAfter
+from protocol import Assert as Assert
+from protocol import Block as Block
+from protocol import Cause as Cause
+from protocol import DeleteVar as DeleteVar
+from protocol import ErrorCode as ErrorCode
+from protocol import Exists as Exists
+from protocol import If as If
+from protocol import LockLost as LockLost
+from protocol import LostReason as LostReason
+from protocol import Not as Not
+from protocol import Or as Or
+from protocol import Pong as Pong
+from protocol import SelectConstantValue as SelectConstantValue
+from protocol import SelectOperatorValue as SelectOperatorValue
+from protocol import SelectVarValue as SelectVarValue
+from protocol import SetVar as SetVar
+from protocol import Status as Status
+from protocol import Welcome as Welcome
+from protocol import Xor as Xor
+
+from ._async import AsyncLockClient as AsyncLockClient
+from ._async import AsyncSession as AsyncSession
+from ._async import open_lock_client as open_lock_client
+from ._core import ClientStatistics as ClientStatistics
+from ._core import LostListener as LostListener
+from ._errors import AccessDenied as AccessDenied
+from ._errors import ClientClosed as ClientClosed
+from ._errors import ClientTimeout as ClientTimeout
+from ._errors import ConnectionLost as ConnectionLost
+from ._errors import LimitExceeded as LimitExceeded
+from ._errors import LockClientError as LockClientError
+from ._errors import ServerError as ServerError
+from ._errors import ServerUnavailable as ServerUnavailable
+from ._errors import TransportError as TransportError
+from ._result import Result as Result
+from ._sync import LockClient as LockClient
+from ._sync import Session as Session
+
+__all__ = [
+    # faces
+    "LockClient",
+    "Session",
+    "open_lock_client",
+    "AsyncLockClient",
+    "AsyncSession",
+    # values
+    "Result",
+    "ClientStatistics",
+    "LostListener",
+    "Status",
+    "Cause",
+    "ErrorCode",
+    "LockLost",
+    "LostReason",
+    "Pong",
+    "Welcome",
+    # errors
+    "LockClientError",
+    "ServerError",
+    "LimitExceeded",
+    "AccessDenied",
+    "TransportError",
+    "ConnectionLost",
+    "ServerUnavailable",
+    "ClientTimeout",
+    "ClientClosed",
+    # transaction tree
+    "Assert",
+    "Abort",
+    "Block",
+    "If",
+    "AnywayContinueAfter",
+    "SelectConstantValue",
+    "SelectOperatorValue",
+    "SelectVarValue",
+    "And",
+    "Or",
+    "Xor",
+    "Not",
+    "TRUE",
+    "FALSE",
+    "Exists",
+    "SetVar",
+    "DeleteVar",
+]

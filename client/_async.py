@@ -1,0 +1,543 @@
+"""The async (trio) face: one connection shared by any number of tasks, pipelined.
+
+Why: many tasks of one program should share one connection with many requests in flight
+(64 tasks -> 64 requests on the wire, answered in any order), and a cancelled caller must never
+desynchronise the connection or receive someone else's reply.
+
+Theory of operation:
+- A *reader task* (in the client's own nursery) reads the socket, feeds the core's
+  :class:`~client._core.Wire` and hands each reply to the slot of the request with that id;
+  LockLost events go to the sessions' listeners from this task.
+- A caller registers its slot and writes its frame **in one synchronous step** (a plain
+  non-blocking ``send`` on the socket; whatever the kernel does not take is queued in order and
+  flushed by a writer task). There is no checkpoint between registering and writing, so a
+  request is either entirely queued or not at all, whatever cancellation does.
+- The caller then parks in ``wait_task_rescheduled``. If it is cancelled before its reply
+  arrives, its abort callback removes the slot from the table: the late reply is dropped by id.
+  If the request was a waiting Execute (``wait=``), a Cancel for it is written as well, so the
+  server does not keep it parked.
+- I/O: a stdlib socket in non-blocking mode driven by ``trio.lowlevel.wait_readable`` /
+  ``wait_writable`` (connected through ``trio.open_tcp_stream``, then detached). Measured
+  against ``trio.SocketStream`` with a send lock (benchmarks/client_rtt.py, report of issue #3):
+  the synchronous write saves a lock and two scheduler round trips per request.
+- Keepalive: one task per used session in the client's nursery, pinging every max_age/3 of
+  idleness. Reconnect, retry and error rules are the core's (see ``_core``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any
+
+import outcome
+import trio
+
+from protocol import LockLost, Pong, Statement, Welcome
+
+from ._core import (
+    END,
+    EXECUTE,
+    HELLO,
+    KEEPALIVE,
+    PING,
+    RETRY,
+    STATS,
+    ClientCore,
+    ClientStatistics,
+    SessionState,
+    Wire,
+    handshake_error,
+)
+from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
+from ._result import Result
+
+__all__ = ["AsyncLockClient", "AsyncSession", "open_lock_client"]
+
+log = logging.getLogger("client")
+
+_RECV_SIZE = 256 * 1024
+_READS_PER_CHECKPOINT = 16  # a flooding server must not starve the other tasks
+_CLEANUP_TIMEOUT = 10.0  # bound on ending a session from a cancelled or failing block
+
+
+class _Slot:
+    """Where a reply meets its caller: the parked task, or the outcome if it came first."""
+
+    __slots__ = ("outcome", "task")
+
+    def __init__(self) -> None:
+        self.task: trio.lowlevel.Task | None = None
+        self.outcome: outcome.Outcome[Any] | None = None
+
+
+class _Connection:
+    """One TCP connection of an AsyncLockClient."""
+
+    __slots__ = ("broken", "outbuf", "sock", "wire")
+
+    def __init__(self, sock: socket.socket, wire: Wire[_Slot]) -> None:
+        self.sock = sock
+        self.wire = wire
+        self.outbuf = bytearray()  # bytes the kernel did not take yet; a writer task flushes
+        self.broken: str | None = None
+
+
+@asynccontextmanager
+async def open_lock_client(
+    host: str = "127.0.0.1",
+    port: int = 7400,
+    *,
+    client_name: str = "python-trio",
+    connect_timeout: float = 10.0,
+    token: str | None = None,
+) -> AsyncIterator[AsyncLockClient]:
+    """Connect to a lock server; the client is closed when the block exits.
+
+    Raises :class:`ServerUnavailable` when no connection can be made. Calls have no timeout
+    of their own (a waiting Execute may be answered much later): bound them with trio's cancel
+    scopes, which is always safe (see the module docstring).
+    """
+    failure: BaseException | None = None
+    async with trio.open_nursery() as nursery:
+        client = AsyncLockClient(
+            nursery,
+            host,
+            port,
+            client_name=client_name,
+            connect_timeout=connect_timeout,
+            token=token,
+        )
+        try:
+            await client._reconnect()
+            yield client
+        except BaseException as exc:
+            # Raised again below, outside the nursery, so it is not wrapped in an
+            # ExceptionGroup (the client's own tasks never raise).
+            failure = exc
+        finally:
+            client._shutdown()
+    if failure is not None:
+        raise failure
+
+
+class AsyncLockClient:
+    """A trio client; create it with :func:`open_lock_client`. Safe to share between tasks."""
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        host: str,
+        port: int,
+        *,
+        client_name: str,
+        connect_timeout: float,
+        token: str | None,
+    ) -> None:
+        if (
+            type(connect_timeout) not in (int, float)
+            or not math.isfinite(connect_timeout)
+            or connect_timeout <= 0
+        ):
+            raise ValueError(
+                f"connect_timeout must be a finite number > 0, got {connect_timeout!r}"
+            )
+        self.host = host
+        self.port = port
+        self.connect_timeout = float(connect_timeout)
+        self._nursery = nursery
+        self._core = ClientCore(client_name, token)
+        self._conn: _Connection | None = None
+        self._connect_lock = trio.Lock()
+        self._closed = False
+
+    # --- public API -------------------------------------------------------------------------------
+
+    @property
+    def welcome(self) -> Welcome:
+        """The server's Welcome of the current connection (version, name, host, limits)."""
+        welcome = self._core.welcome
+        assert welcome is not None  # set by open_lock_client's handshake
+        return welcome
+
+    @property
+    def closed(self) -> bool:
+        """True once the ``open_lock_client`` block has exited."""
+        return self._closed
+
+    def session(
+        self,
+        max_age: float = 60.0,
+        description: str = "",
+        session_id: str | None = None,
+        *,
+        keepalive: bool = True,
+    ) -> AsyncSession:
+        """A session (a fresh uuid4 id unless ``session_id`` is given). Use it with
+        ``async with``: the session is ended on exit, also on an exception or cancellation.
+        While open and used, a keepalive task pings it every ``max_age / 3`` seconds of
+        idleness (unless ``keepalive=False``)."""
+        self._check_open()
+        return AsyncSession(self, session_id, max_age, description, keepalive)
+
+    async def ping(self) -> Pong:
+        """Liveness check: the server's ``uptime`` and ``trust``. Touches no session."""
+        rid, data = self._core.ping()
+        return await self._request(PING, rid, data)  # type: ignore[no-any-return]
+
+    async def statistics(self) -> dict[str, Any]:
+        """The server's statistics (a nested map; PROTOCOL.md lists the keys)."""
+        rid, data = self._core.get_statistics()
+        return await self._request(STATS, rid, data)  # type: ignore[no-any-return]
+
+    async def end_session(self, session_id: str) -> bool:
+        """End any session by id (all its entries go at once); False when it did not exist.
+        Prefer ``session.end()`` for your own sessions."""
+        rid, data = self._core.end_session(session_id)
+        return await self._request(END, rid, data)  # type: ignore[no-any-return]
+
+    def local_statistics(self) -> ClientStatistics:
+        """Client-side counters: requests, drops, retries, reconnects, events."""
+        conn = self._conn
+        return self._core.statistics(0 if conn is None else len(conn.wire.pending))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<AsyncLockClient {self.host}:{self.port} {state}>"
+
+    # --- requests ---------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed("the client is closed")
+
+    async def _request(
+        self, kind: int, rid: int, data: bytes, cancel_on_abort: bool = False
+    ) -> Any:
+        """Send one request and wait for its reply; reconnect first when needed, re-send
+        idempotent requests once when the connection drops under them."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        retried = False
+        while True:
+            conn = self._conn
+            if conn is None or conn.broken is not None:
+                await self._reconnect()
+                continue  # re-checked with no checkpoint before _call registers and writes
+            try:
+                value = await self._call(conn, kind, rid, data, cancel_on_abort)
+            except ConnectionLost as exc:
+                if self._closed:
+                    raise ClientClosed("the client was closed with the request in flight") from exc
+                raise
+            if value is not RETRY:
+                return value
+            if retried:
+                raise ConnectionLost(
+                    "the connection dropped twice with the same idempotent request in flight"
+                )
+            retried = True
+            self._core.retries += 1
+
+    async def _call(
+        self, conn: _Connection, kind: int, rid: int, data: bytes, cancel_on_abort: bool
+    ) -> Any:
+        """Register + write (one synchronous step), then park until resolved."""
+        slot = _Slot()
+        wire = conn.wire
+        wire.register(rid, kind, slot)
+        self._write(conn, data)
+        if slot.outcome is not None:  # resolved synchronously (the write broke the connection)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return slot.outcome.unwrap()
+        slot.task = trio.lowlevel.current_task()
+
+        def abort(raise_cancel: Any) -> trio.lowlevel.Abort:
+            slot.task = None
+            if wire.abandon(rid) and cancel_on_abort and conn.broken is None:
+                self._write(conn, self._core.cancel(rid)[1])  # its reply is dropped
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)
+
+    @staticmethod
+    def _resolve(slot: _Slot, value: Any, error: BaseException | None) -> None:
+        result: outcome.Outcome[Any] = (
+            outcome.Value(value) if error is None else outcome.Error(error)
+        )
+        task = slot.task
+        if task is None:
+            slot.outcome = result
+        else:
+            slot.task = None
+            trio.lowlevel.reschedule(task, result)
+
+    def _write(self, conn: _Connection, data: bytes) -> None:
+        """Queue ``data`` in order, synchronously; never blocks, never checkpoints."""
+        if conn.broken is not None:
+            return
+        if conn.outbuf:
+            conn.outbuf += data
+            return
+        try:
+            sent = conn.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            self._break(conn, f"sending failed: {exc}")
+            return
+        if sent < len(data):
+            conn.outbuf += memoryview(data)[sent:]
+            self._nursery.start_soon(self._writer, conn)
+
+    async def _writer(self, conn: _Connection) -> None:
+        sock = conn.sock
+        try:
+            while conn.outbuf and conn.broken is None:
+                await trio.lowlevel.wait_writable(sock)
+                try:
+                    sent = sock.send(conn.outbuf)
+                except BlockingIOError:
+                    continue
+                del conn.outbuf[:sent]
+        except trio.ClosedResourceError:
+            pass  # broken meanwhile
+        except OSError as exc:
+            self._break(conn, f"sending failed: {exc}")
+
+    async def _reader(self, conn: _Connection) -> None:
+        sock = conn.sock
+        wire = conn.wire
+        core = self._core
+        resolve = self._resolve
+        reason = "the server closed the connection"
+        reads = 0
+        try:
+            while True:
+                try:
+                    data = sock.recv(_RECV_SIZE)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(sock)
+                    continue
+                if not data:
+                    break
+                resolved, events = wire.feed(data)
+                for slot, value, error in resolved:
+                    resolve(slot, value, error)
+                if events:
+                    core.dispatch(events)
+                reads += 1
+                if reads % _READS_PER_CHECKPOINT == 0:
+                    await trio.lowlevel.checkpoint()
+        except ConnectionLost as exc:
+            reason = str(exc)
+        except trio.ClosedResourceError:
+            reason = conn.broken or "the connection was closed"
+        except OSError as exc:
+            reason = f"receiving failed: {exc}"
+        except trio.Cancelled:
+            reason = "the client was closed"
+            raise
+        except Exception as exc:  # pragma: no cover - a bug; fail the calls, not the nursery
+            log.exception("lock client reader crashed")
+            reason = f"internal error in the reader: {exc!r}"
+        finally:
+            self._break(conn, reason)
+
+    # --- connection lifecycle ---------------------------------------------------------------------
+
+    async def _reconnect(self) -> _Connection:
+        async with self._connect_lock:
+            self._check_open()
+            conn = self._conn
+            if conn is not None and conn.broken is None:
+                return conn
+            conn = await self._open()
+            self._conn = conn
+            # Touch the open sessions on the new connection (so its LockLost events come here
+            # and their idle timers restart); the replies are dropped by id.
+            for data in self._core.keepalives():
+                self._write(conn, data)
+            return conn
+
+    async def _open(self) -> _Connection:
+        try:
+            with trio.fail_after(self.connect_timeout):
+                stream = await trio.open_tcp_stream(self.host, self.port)
+        except (OSError, trio.TooSlowError) as exc:
+            raise ServerUnavailable(
+                f"cannot connect to {self.host}:{self.port}: {exc or 'timed out'}"
+            ) from exc
+        # Own the socket: plain non-blocking send/recv on the hot path (see module docstring).
+        # trio.SocketStream has already set TCP_NODELAY.
+        sock = socket.socket(fileno=stream.socket.detach())
+        sock.setblocking(False)
+        conn = _Connection(sock, Wire(self._core))
+        self._nursery.start_soon(self._reader, conn)
+        rid, data = self._core.hello()
+        try:
+            with trio.fail_after(self.connect_timeout):
+                welcome = await self._call(conn, HELLO, rid, data, False)
+        except (LockClientError, trio.TooSlowError) as exc:
+            self._break(conn, "the handshake failed")
+            raise handshake_error(exc) from exc
+        except BaseException:
+            self._break(conn, "the handshake was cancelled")
+            raise
+        self._core.handshake_done(welcome)
+        return conn
+
+    def _break(self, conn: _Connection, reason: str) -> None:
+        if conn.broken is not None:
+            return
+        conn.broken = reason
+        for slot, value, error in conn.wire.fail_all(reason):
+            self._resolve(slot, value, error)
+        conn.outbuf.clear()
+        trio.lowlevel.notify_closing(conn.sock)  # wakes the reader and writer
+        conn.sock.close()
+
+    def _shutdown(self) -> None:
+        """Close for good: stop keepalives, fail calls in flight, stop the reader."""
+        if self._closed:
+            return
+        self._closed = True
+        for state in self._core.open_sessions():
+            if isinstance(state, AsyncSession):
+                state._stop_keepalive()
+        if self._conn is not None:
+            self._break(self._conn, "the client was closed")
+        self._nursery.cancel_scope.cancel()
+
+
+class AsyncSession(SessionState):
+    """A session of an :class:`AsyncLockClient` (see :meth:`AsyncLockClient.session`)."""
+
+    def __init__(
+        self,
+        client: AsyncLockClient,
+        session_id: str | None,
+        max_age: float,
+        description: str,
+        keepalive: bool,
+    ) -> None:
+        super().__init__(client._core, session_id, max_age, description, keepalive)
+        self._client = client
+        self._last_activity = trio.current_time()
+        self._keepalive_scope: trio.CancelScope | None = None
+        self._lost_event = trio.Event()
+        self.keepalive_error: LockClientError | None = None  # the last keepalive failure
+
+    async def execute(
+        self,
+        namespace: str,
+        statements: Iterable[Statement],
+        *,
+        min_uptime: float = 0.0,
+        min_trust: float = 0.0,
+        description: str = "",
+        transaction_id: str | None = None,
+        wait: float | None = None,
+    ) -> Result:
+        """Run a transaction in this session: all statements or none.
+
+        A refused or aborted transaction is a Result with ``ok == False``; ServerError,
+        ConnectionLost (outcome unknown) and ClientClosed are raised. ``wait``: let the server
+        park the transaction until it can succeed, at most that many seconds (cancelling the
+        caller also cancels the wait on the server). ``min_uptime`` / ``min_trust``: the
+        reliability contract (refused with cause MINIMUM_REQUIREMENTS when not met).
+        """
+        rid, data = self._build_execute(
+            namespace, statements, min_uptime, min_trust, description, transaction_id, wait
+        )
+        self._last_activity = trio.current_time()
+        result: Result = await self._client._request(EXECUTE, rid, data, bool(wait))
+        if self._keepalive_scope is None and self._keepalive and not self._ended:
+            self._keepalive_scope = trio.CancelScope()
+            self._client._nursery.start_soon(self._keepalive_loop, self._keepalive_scope)
+        return result
+
+    async def end(self) -> bool:
+        """End the session now: the server removes all its entries at once. True when the
+        server still had it. Ending twice returns False without a call. If the connection
+        drops with the request in flight it is re-sent once, and may then answer False."""
+        if self._ended:
+            await trio.lowlevel.checkpoint()
+            return False
+        self._stop_keepalive()
+        rid, data = self._build_end()
+        try:
+            existed: bool = await self._client._request(END, rid, data)
+        finally:
+            self._mark_ended()
+        return existed
+
+    async def wait_lost(self) -> LockLost:
+        """Wait until a LockLost event has arrived for this session (returns at once if one
+        has); return the latest one."""
+        await self._lost_event.wait()
+        return self._lost[-1]
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            await self.end()
+            return
+        # Leaving on an exception or a cancellation: end the session anyway (shielded, bounded)
+        # without masking the exception.
+        with trio.move_on_after(_CLEANUP_TIMEOUT, shield=True):
+            try:
+                await self.end()
+            except LockClientError:
+                log.warning("ending session %s failed", self.id, exc_info=True)
+
+    def __repr__(self) -> str:
+        state = "ended" if self._ended else "open"
+        return f"<AsyncSession {self.id} max_age={self.max_age} {state}>"
+
+    def _deliver(self, event: LockLost) -> None:
+        super()._deliver(event)
+        self._lost_event.set()
+
+    # --- keepalive --------------------------------------------------------------------------------
+
+    def _stop_keepalive(self) -> None:
+        if self._keepalive_scope is not None:
+            self._keepalive_scope.cancel()
+        else:
+            self._keepalive_scope = trio.CancelScope()
+            self._keepalive_scope.cancel()
+
+    async def _keepalive_loop(self, scope: trio.CancelScope) -> None:
+        interval = self.max_age / 3
+        client = self._client
+        with scope:
+            while True:
+                due = self._last_activity + interval
+                if due > trio.current_time():
+                    await trio.sleep_until(due)
+                    continue
+                built = self._build_keepalive()
+                if built is None:
+                    return
+                self._last_activity = trio.current_time()
+                try:
+                    with trio.move_on_after(interval):
+                        await client._request(KEEPALIVE, built[0], built[1])
+                except ClientClosed:
+                    return
+                except LockClientError as exc:
+                    self.keepalive_error = exc
+                    log.warning("keepalive of session %s failed: %s", self.id, exc)
+                    # Try again soon rather than after a whole interval.
+                    self._last_activity = trio.current_time() - interval + min(interval, 1.0)

@@ -1,0 +1,588 @@
+"""The sync face: a thread-safe blocking client over one TCP connection.
+
+Why: the request path must be as short as a redis-py round trip or shorter, so there is no
+reader thread and no hand-off. **The caller reads**: a thread that waits for its reply takes
+the *reader role* (one thread at a time), reads the socket itself, stashes replies that belong
+to other threads and wakes them through one Condition, dispatches LockLost events, and returns
+as soon as its own reply is there; the next waiting thread then becomes the reader. With one
+thread that is: send, recv, decode, return. Prior art: the leader/follower pattern.
+
+Rules kept:
+- A request is registered in the wire's table (under the condition's lock) *before* its bytes
+  are sent, so its reply can never arrive unclaimed. A caller that times out removes its entry
+  (under the same lock); its late reply is dropped by id, and the connection stays in sync.
+- Sends are serialised by a send lock (one ``sendall`` per request frame).
+- The sync face has no reader while idle, so before sending on an idle connection it checks
+  (one zero-timeout ``select``) that the server has not closed it meanwhile; if it has, the
+  call reconnects first instead of losing its request to a dead socket.
+- A broken connection resolves everything in flight (``Wire.fail_all``): idempotent requests
+  are re-sent once on a new connection, an Execute raises ConnectionLost (outcome unknown). The
+  next call reconnects; open sessions are touched on the new connection at once.
+- Closing a socket that another thread may still use risks the fd being reused by a new
+  socket: a broken connection is only ``shutdown`` (which wakes a blocked ``recv``), and closed
+  by the last reader, or at once when no thread is reading; senders check ``broken`` under the
+  send lock and closing takes it too.
+- Session keepalive: one daemon thread per open session, pinging every max_age/3 of idleness.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import select
+import socket
+import threading
+from collections.abc import Iterable
+from time import monotonic
+from types import TracebackType
+from typing import Any
+
+from protocol import Pong, Statement, Welcome
+
+from ._core import (
+    END,
+    EXECUTE,
+    HELLO,
+    KEEPALIVE,
+    PING,
+    RETRY,
+    STATS,
+    ClientCore,
+    ClientStatistics,
+    SessionState,
+    Wire,
+    handshake_error,
+)
+from ._errors import ClientClosed, ClientTimeout, ConnectionLost, LockClientError, ServerUnavailable
+from ._result import Result
+
+__all__ = ["LockClient", "Session"]
+
+log = logging.getLogger("client")
+
+_RECV_SIZE = 256 * 1024
+_MIN_SOCKET_TIMEOUT = 0.001  # settimeout(0) would make the socket non-blocking
+_Resolution = tuple[Any, BaseException | None]
+
+
+def _positive(name: str, value: float) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _alive(sock: socket.socket) -> bool:
+    """False when an idle connection has been closed by the peer (EOF or an error is
+    waiting); True when nothing is waiting, or data is (events, late replies: the next reader
+    takes them). One ``select`` with a zero timeout."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        if not readable:
+            return True
+        return bool(sock.recv(1, socket.MSG_PEEK))  # readable: returns at once
+    except TimeoutError:  # pragma: no cover - only if someone else read meanwhile
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+class _Connection:
+    """One TCP connection of a LockClient (state guarded by the client's condition)."""
+
+    __slots__ = ("broken", "done", "reader_busy", "reader_ident", "sock", "wire")
+
+    def __init__(self, sock: socket.socket, wire: Wire[int]) -> None:
+        self.sock = sock
+        self.wire = wire
+        self.done: dict[int, _Resolution] = {}  # request id -> resolution, for waiting threads
+        self.reader_busy = False
+        self.reader_ident = 0  # the reading thread's ident (0: none)
+        self.broken: str | None = None  # why, once broken
+
+
+class LockClient:
+    """A blocking, thread-safe client: one TCP connection shared by every thread.
+
+    ``timeout`` bounds each call (extended by the ``wait`` of an Execute); ``connect_timeout``
+    bounds connecting and the handshake. The connection is made at construction (raises
+    :class:`ServerUnavailable` when it cannot be) and re-made transparently by the next call
+    after it drops. Use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 7400,
+        *,
+        timeout: float = 10.0,
+        client_name: str = "python-sync",
+        connect_timeout: float = 5.0,
+        token: str | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.timeout = _positive("timeout", timeout)
+        self.connect_timeout = _positive("connect_timeout", connect_timeout)
+        self._core = ClientCore(client_name, token)
+        self._cond = threading.Condition(threading.Lock())
+        self._send_lock = threading.Lock()
+        self._connect_lock = threading.Lock()
+        self._conn: _Connection | None = None
+        self._closed = False
+        self._reconnect()
+
+    # --- public API -------------------------------------------------------------------------------
+
+    @property
+    def welcome(self) -> Welcome:
+        """The server's Welcome of the current connection (version, name, host, limits)."""
+        welcome = self._core.welcome
+        assert welcome is not None  # set by the constructor's handshake
+        return welcome
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    def session(
+        self,
+        max_age: float = 60.0,
+        description: str = "",
+        session_id: str | None = None,
+        *,
+        keepalive: bool = True,
+    ) -> Session:
+        """A session (a fresh uuid4 id unless ``session_id`` is given). Use it as a context
+        manager: the session is ended on exit, also on an exception. While it is open and has
+        been used, a keepalive thread pings it every ``max_age / 3`` seconds of idleness (unless
+        ``keepalive=False``), so a slow critical section does not lose its locks."""
+        self._check_open()
+        return Session(self, session_id, max_age, description, keepalive)
+
+    def ping(self) -> Pong:
+        """Liveness check: the server's ``uptime`` and ``trust``. Touches no session."""
+        rid, data = self._core.ping()
+        return self._request(PING, rid, data, self.timeout)  # type: ignore[no-any-return]
+
+    def statistics(self) -> dict[str, Any]:
+        """The server's statistics (a nested map; PROTOCOL.md lists the keys)."""
+        rid, data = self._core.get_statistics()
+        return self._request(STATS, rid, data, self.timeout)  # type: ignore[no-any-return]
+
+    def end_session(self, session_id: str) -> bool:
+        """End any session by id (all its entries go at once); False when it did not exist.
+        Prefer ``session.end()`` for your own sessions."""
+        rid, data = self._core.end_session(session_id)
+        return self._request(END, rid, data, self.timeout)  # type: ignore[no-any-return]
+
+    def local_statistics(self) -> ClientStatistics:
+        """Client-side counters: requests, drops, retries, reconnects, events."""
+        conn = self._conn
+        with self._cond:
+            in_flight = 0 if conn is None else len(conn.wire.pending)
+            return self._core.statistics(in_flight)
+
+    def process_events(self, timeout: float = 0.0) -> None:
+        """Read the connection for up to ``timeout`` seconds (0: only what has arrived) and
+        dispatch LockLost events, when no other thread is reading. Events are otherwise
+        dispatched whenever some thread reads (any call, or a session's keepalive)."""
+        if timeout < 0:
+            raise ValueError(f"timeout must be >= 0, got {timeout!r}")
+        self._check_open()
+        conn = self._conn
+        if conn is None or conn.broken is not None:
+            return
+        with self._cond:
+            if conn.reader_busy:
+                return
+            conn.reader_busy = True
+            conn.reader_ident = threading.get_ident()
+        try:
+            self._read(conn, None, monotonic() + timeout)
+        finally:
+            self._leave_reader(conn)
+
+    def close(self) -> None:
+        """Close the connection and stop the sessions' keepalive. Calls in flight in other
+        threads raise ClientClosed. Sessions are not ended (the server expires them after their
+        max age); end them first, or use them as context managers."""
+        with self._connect_lock:
+            if self._closed:
+                return
+            self._closed = True
+            conn = self._conn
+        for state in self._core.open_sessions():
+            if isinstance(state, Session):
+                state._stop_keepalive()
+        if conn is not None:
+            self._break(conn, "the client was closed")
+
+    def __enter__(self) -> LockClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<LockClient {self.host}:{self.port} {state}>"
+
+    # --- requests ---------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed("the client is closed")
+
+    def _request(self, kind: int, rid: int, data: bytes, timeout: float) -> Any:
+        """Send one request and wait for its reply (reading the socket if no one else is)."""
+        deadline = monotonic() + timeout
+        retried = False
+        while True:
+            conn = self._conn
+            if conn is None or conn.broken is not None:
+                conn = self._reconnect()
+            if conn.reader_ident == threading.get_ident():
+                raise LockClientError(
+                    "a lost-listener must not call the client: it runs in the thread that "
+                    "reads the connection (hand the event to another thread)"
+                )
+            with self._cond:
+                if conn.broken is not None:
+                    continue
+                # Idle (nothing in flight, so nobody reads): a connection the server or the
+                # network closed meanwhile is noticed here, before a request is risked on it.
+                # Under the lock, so no reader can consume what the probe sees.
+                dead = not conn.reader_busy and not conn.wire.pending and not _alive(conn.sock)
+                if dead:
+                    self._break_locked(conn, "the connection was closed while idle")
+                else:
+                    conn.wire.register(rid, kind, rid)
+            if dead:
+                self._close_socket(conn)
+                continue
+            error: OSError | None = None
+            with self._send_lock:
+                unsent = conn.broken is not None  # broke between registering and sending
+                if not unsent:
+                    try:
+                        conn.sock.sendall(data)
+                    except OSError as exc:
+                        error = exc
+            if error is not None:
+                self._break(conn, f"sending failed: {error}")
+            value, failure = self._wait(conn, rid, deadline)
+            if failure is not None:
+                if isinstance(failure, ConnectionLost):
+                    if self._closed:
+                        raise ClientClosed(
+                            "the client was closed with the request in flight"
+                        ) from failure
+                    if unsent:
+                        continue  # nothing went out: safe to send on a new connection
+                raise failure
+            if value is not RETRY:
+                return value
+            if retried:
+                raise ConnectionLost(
+                    "the connection dropped twice with the same idempotent request in flight"
+                )
+            retried = True
+            self._core.retries += 1
+
+    def _wait(self, conn: _Connection, rid: int, deadline: float) -> _Resolution:
+        cond = self._cond
+        with cond:
+            while True:
+                out = conn.done.pop(rid, None)
+                if out is not None:
+                    return out
+                if not conn.reader_busy:
+                    conn.reader_busy = True
+                    conn.reader_ident = threading.get_ident()
+                    break
+                remaining = deadline - monotonic()
+                if remaining <= 0:
+                    conn.wire.abandon(rid)
+                    raise self._timeout(rid)
+                cond.wait(remaining)
+        try:
+            out = self._read(conn, rid, deadline)
+        finally:
+            self._leave_reader(conn)
+        if out is None:
+            raise self._timeout(rid)
+        return out
+
+    def _timeout(self, rid: int) -> ClientTimeout:
+        return ClientTimeout(
+            f"no reply to request {rid} within the timeout; its outcome is unknown "
+            "(a late reply is dropped)"
+        )
+
+    def _read(self, conn: _Connection, rid: int | None, deadline: float) -> _Resolution | None:
+        """As the reader: read until ``rid`` is resolved (returns its resolution) or the
+        deadline passes (abandons ``rid``, returns None). With ``rid`` None, read at least once
+        and until the deadline, dispatching what arrives."""
+        sock = conn.sock
+        cond = self._cond
+        core = self._core
+        attempted = False
+        while True:
+            remaining = deadline - monotonic()
+            if remaining <= 0 and (rid is not None or attempted):
+                if rid is None:
+                    return None
+                with cond:
+                    conn.wire.abandon(rid)
+                    return conn.done.pop(rid, None)
+            attempted = True
+            try:
+                sock.settimeout(max(remaining, _MIN_SOCKET_TIMEOUT))
+                data = sock.recv(_RECV_SIZE)
+                reason = "the server closed the connection"
+            except TimeoutError:
+                continue
+            except OSError as exc:
+                data = b""
+                reason = f"receiving failed: {exc}"
+            mine: _Resolution | None = None
+            with cond:
+                if data:
+                    try:
+                        resolved, events = conn.wire.feed(data)
+                    except ConnectionLost as exc:
+                        data = b""
+                        reason = str(exc)
+                if not data:
+                    self._break_locked(conn, reason)
+                    return None if rid is None else conn.done.pop(rid, None)
+                for waiter, value, error in resolved:
+                    if waiter == rid:
+                        mine = (value, error)
+                    else:
+                        conn.done[waiter] = (value, error)
+                if len(resolved) > (mine is not None):
+                    cond.notify_all()
+            if events:
+                core.dispatch(events)
+            if mine is not None:
+                return mine
+
+    def _leave_reader(self, conn: _Connection) -> None:
+        with self._cond:
+            conn.reader_busy = False
+            conn.reader_ident = 0
+            close_now = conn.broken is not None
+            self._cond.notify_all()
+        if close_now:
+            self._close_socket(conn)
+
+    def _send_quietly(self, data: bytes) -> None:
+        """Send an unregistered request (its reply is dropped) if connected; errors ignored
+        (the next call notices a broken connection)."""
+        conn = self._conn
+        if conn is None:
+            return
+        with self._send_lock:
+            if conn.broken is None:
+                with contextlib.suppress(OSError):
+                    conn.sock.sendall(data)
+
+    # --- connection lifecycle ---------------------------------------------------------------------
+
+    def _reconnect(self) -> _Connection:
+        with self._connect_lock:
+            self._check_open()
+            conn = self._conn
+            if conn is not None and conn.broken is None:
+                return conn
+            conn = self._open()
+            self._conn = conn
+            # Touch the open sessions on the new connection (so its LockLost events come here,
+            # and their idle timers restart); the replies are dropped by id.
+            try:
+                with self._send_lock:
+                    for data in self._core.keepalives():
+                        conn.sock.sendall(data)
+            except OSError as exc:
+                self._break(conn, f"sending failed: {exc}")
+            return conn
+
+    def _open(self) -> _Connection:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        except OSError as exc:
+            raise ServerUnavailable(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Connection(sock, Wire(self._core))
+            rid, data = self._core.hello()
+            conn.wire.register(rid, HELLO, rid)
+            sock.sendall(data)
+            out = self._read(conn, rid, monotonic() + self.connect_timeout)
+            if out is None:
+                raise ClientTimeout("no Welcome within connect_timeout")
+            value, error = out
+            if error is not None:
+                raise error
+        except (OSError, LockClientError) as exc:
+            sock.close()
+            raise handshake_error(exc) from exc
+        self._core.handshake_done(value)
+        return conn
+
+    def _break(self, conn: _Connection, reason: str) -> None:
+        with self._cond:
+            self._break_locked(conn, reason)
+            close_now = not conn.reader_busy
+        if close_now:
+            self._close_socket(conn)
+
+    def _break_locked(self, conn: _Connection, reason: str) -> None:
+        if conn.broken is not None:
+            return
+        conn.broken = reason
+        for waiter, value, error in conn.wire.fail_all(reason):
+            conn.done[waiter] = (value, error)
+        with contextlib.suppress(OSError):
+            conn.sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
+        self._cond.notify_all()
+
+    def _close_socket(self, conn: _Connection) -> None:
+        with self._send_lock:
+            conn.sock.close()
+
+
+class Session(SessionState):
+    """A session of a :class:`LockClient` (see :meth:`LockClient.session`)."""
+
+    def __init__(
+        self,
+        client: LockClient,
+        session_id: str | None,
+        max_age: float,
+        description: str,
+        keepalive: bool,
+    ) -> None:
+        super().__init__(client._core, session_id, max_age, description, keepalive)
+        self._client = client
+        self._last_activity = monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.keepalive_error: LockClientError | None = None  # the last keepalive failure
+
+    def execute(
+        self,
+        namespace: str,
+        statements: Iterable[Statement],
+        *,
+        min_uptime: float = 0.0,
+        min_trust: float = 0.0,
+        description: str = "",
+        transaction_id: str | None = None,
+        wait: float | None = None,
+    ) -> Result:
+        """Run a transaction in this session: all statements or none.
+
+        A refused or aborted transaction is a Result with ``ok == False``; ServerError,
+        ConnectionLost (outcome unknown), ClientTimeout and ClientClosed are raised.
+        ``wait``: let the server park the transaction until it can succeed, at most that many
+        seconds (the call's timeout is extended by it). ``min_uptime`` / ``min_trust``: the
+        reliability contract (refused with cause MINIMUM_REQUIREMENTS when not met).
+        """
+        rid, data = self._build_execute(
+            namespace, statements, min_uptime, min_trust, description, transaction_id, wait
+        )
+        client = self._client
+        timeout = client.timeout if wait is None else client.timeout + wait
+        self._last_activity = monotonic()
+        try:
+            result: Result = client._request(EXECUTE, rid, data, timeout)
+        except ClientTimeout:
+            if wait:
+                client._send_quietly(client._core.cancel(rid)[1])  # the server stops waiting
+            raise
+        if self._thread is None and self._keepalive and not self._ended:
+            self._start_keepalive()
+        return result
+
+    def end(self) -> bool:
+        """End the session now: the server removes all its entries at once. True when the
+        server still had it. Ending twice returns False without a call. If the connection
+        drops with the request in flight it is re-sent once, and may then answer False."""
+        if self._ended:
+            return False
+        self._stop_keepalive()
+        rid, data = self._build_end()
+        try:
+            existed: bool = self._client._request(END, rid, data, self._client.timeout)
+        finally:
+            self._mark_ended()
+        return existed
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.end()
+            return
+        try:
+            self.end()
+        except LockClientError:
+            # Do not mask the body's exception; the session expires after max_age anyway.
+            log.warning("ending session %s failed", self.id, exc_info=True)
+
+    def __repr__(self) -> str:
+        state = "ended" if self._ended else "open"
+        return f"<Session {self.id} max_age={self.max_age} {state}>"
+
+    # --- keepalive --------------------------------------------------------------------------------
+
+    def _start_keepalive(self) -> None:
+        thread = threading.Thread(
+            target=self._keepalive_loop, name=f"lockclient-keepalive-{self.id}", daemon=True
+        )
+        self._thread = thread
+        thread.start()
+
+    def _stop_keepalive(self) -> None:
+        self._stop.set()
+
+    def _keepalive_loop(self) -> None:
+        interval = self.max_age / 3
+        client = self._client
+        stop = self._stop
+        while not stop.is_set():
+            delay = self._last_activity + interval - monotonic()
+            if delay > 0:
+                stop.wait(delay)
+                continue
+            built = self._build_keepalive()
+            if built is None:
+                return
+            self._last_activity = monotonic()
+            try:
+                client._request(KEEPALIVE, built[0], built[1], min(client.timeout, interval))
+            except ClientClosed:
+                return
+            except LockClientError as exc:
+                self.keepalive_error = exc
+                log.warning("keepalive of session %s failed: %s", self.id, exc)
+                # Try again soon rather than after a whole interval.
+                self._last_activity = monotonic() - interval + min(interval, 1.0)
+            except Exception:  # pragma: no cover - a bug; never kill the thread silently
+                log.exception("keepalive of session %s crashed", self.id)
+                return
