@@ -416,7 +416,10 @@ class _Shell:
 
     def _forget(self, c: Client) -> None:
         c.dead = True
-        self.waits.cancel_owner(c)
+        if self.waits.cancel_owner(c):
+            # Its waiters may have held others back (Waiting): let those run now.
+            now = trio.current_time()
+            self._answer_all(self.waits.process(now=now, trust=self.trust.trust(now)))
         self.clients.discard(c)
         users_by_session = self.users
         for sid in c.sessions:
@@ -588,8 +591,11 @@ class _Shell:
             last = self.waits.cancel((c, target))
             if last is None:
                 return send(Reply(rid, Cancelled(False)))
-            # The cancelled request is answered first, with its last failure.
-            return send(Reply(target, last)) + send(Reply(rid, Cancelled(True)))
+            # The cancelled request is answered first, with its last failure; then waiters
+            # that gave way to it (Waiting) get their chance.
+            out = send(Reply(target, last)) + send(Reply(rid, Cancelled(True)))
+            self._answer_all(self.waits.process(now=now, trust=self.trust.trust(now)))
+            return out
         raise TypeError(f"no handler for {t.__name__}")
 
     def _invalid(self, c: Client, rid: int, code: ErrorCode, message: str) -> bytes:

@@ -54,6 +54,7 @@ from ._ops import AnywayContinueAfter as AnywayContinueAfter
 from ._ops import Assert as Assert
 from ._ops import Block as Block
 from ._ops import ChangeOperator as ChangeOperator
+from ._ops import CountBelow as CountBelow
 from ._ops import DeleteVar as DeleteVar
 from ._ops import Exists as Exists
 from ._ops import FalseOp as FalseOp
@@ -68,6 +69,7 @@ from ._ops import SelectVarValue as SelectVarValue
 from ._ops import SetVar as SetVar
 from ._ops import Statement as Statement
 from ._ops import TrueOp as TrueOp
+from ._ops import Waiting as Waiting
 from ._ops import Xor as Xor
 from ._ops import check_value as check_value
 
@@ -143,6 +145,8 @@ __all__ = [
     "TRUE",
     "FALSE",
     "Exists",
+    "CountBelow",
+    "Waiting",
     "SetVar",
     "DeleteVar",
     "check_value",

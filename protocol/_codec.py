@@ -54,6 +54,7 @@ from ._ops import (
     AnywayContinueAfter,
     Assert,
     Block,
+    CountBelow,
     DeleteVar,
     Exists,
     If,
@@ -66,6 +67,7 @@ from ._ops import (
     SelectVarValue,
     SetVar,
     Statement,
+    Waiting,
     Xor,
 )
 
@@ -136,7 +138,16 @@ def node_to_wire(node: Node) -> list[Any]:
     if t is SetVar:
         n: Any = node
         return _trim(
-            ["SetVar", n.table, n.var, n.value, n.description, n.ttl, n.allow_duplicates],
+            [
+                "SetVar",
+                n.table,
+                n.var,
+                n.value,
+                n.description,
+                n.ttl,
+                n.allow_duplicates,
+                n.period,
+            ],
             _SETVAR_DEFAULTS,
         )
     if t is Not:
@@ -147,6 +158,23 @@ def node_to_wire(node: Node) -> list[Any]:
     if t is DeleteVar:
         n = node
         return _trim(["DeleteVar", n.table, n.var, n.value], _DELETE_DEFAULTS)
+    if t is CountBelow:
+        n = node
+        return _trim(
+            [
+                "CountBelow",
+                n.table,
+                n.var,
+                n.limit,
+                n.limit_table,
+                n.limit_var,
+                n.ignore_this_session,
+            ],
+            _COUNT_DEFAULTS,
+        )
+    if t is Waiting:
+        n = node
+        return ["Waiting", n.table, n.var]
     if t in (And, Or, Xor):
         n = node
         return [t.WIRE_NAME, node_to_wire(n.left), node_to_wire(n.right)]
@@ -190,7 +218,8 @@ def node_to_wire(node: Node) -> list[Any]:
     raise TypeError(f"not a tree node: {node!r}")
 
 
-_SETVAR_DEFAULTS = (None, None, None, False)
+_SETVAR_DEFAULTS = (None, None, None, False, None)
+_COUNT_DEFAULTS = (None, None, False)
 _EXISTS_DEFAULTS = (None, True)
 _DELETE_DEFAULTS = (None,)
 
@@ -207,6 +236,21 @@ def _same(a: Any, b: Any) -> bool:
     return a is b or (type(a) is type(b) and a == b)
 
 
+# Where a node sits, for error messages: built as a cheap tuple chain (parent, segment) while
+# walking and formatted only when something is wrong (string formatting per node cost more
+# than the rest of the decode on the hot path).
+Where = tuple[Any, str] | str
+
+
+def _fmt(where: Where) -> str:
+    parts: list[str] = []
+    while type(where) is tuple:
+        where, segment = where
+        parts.append(segment)
+    parts.append(where)  # type: ignore[arg-type]
+    return "".join(reversed(parts))
+
+
 class _TreeDecoder:
     """Walks one wire tree, counting nodes and depth, building validated nodes."""
 
@@ -216,11 +260,11 @@ class _TreeDecoder:
         self.limits = limits
         self.ops = 0
 
-    def node(self, wire: Any, where: str, depth: int) -> Node:
+    def node(self, wire: Any, where: Where, depth: int) -> Node:
         if depth > self.limits.max_depth:
             raise ProtocolError(
                 ErrorCode.TREE_TOO_DEEP,
-                f"{where}: tree nesting exceeds the limit of {self.limits.max_depth} levels",
+                f"{_fmt(where)}: tree nesting exceeds the limit of {self.limits.max_depth} levels",
             )
         self.ops += 1
         if self.ops > self.limits.max_ops:
@@ -231,14 +275,15 @@ class _TreeDecoder:
         if type(wire) is not list or not wire:
             raise ProtocolError(
                 ErrorCode.INVALID_TRANSACTION,
-                f"{where}: a node must be a non-empty array [op, args...], got {_wire_type(wire)}",
+                f"{_fmt(where)}: a node must be a non-empty array [op, args...], "
+                f"got {_wire_type(wire)}",
             )
         name = wire[0]
         spec = _NODE_SPECS.get(name) if type(name) is str else None
         if spec is None:
             raise ProtocolError(
                 ErrorCode.INVALID_TRANSACTION,
-                f"{where}: unknown op {_show(name)} (known: {', '.join(sorted(_NODE_SPECS))})",
+                f"{_fmt(where)}: unknown op {_show(name)} (known: {_KNOWN_OPS})",
             )
         lo, hi, build = spec
         nargs = len(wire) - 1
@@ -246,29 +291,29 @@ class _TreeDecoder:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
             raise ProtocolError(
                 ErrorCode.INVALID_TRANSACTION,
-                f"{where}: {name} takes {want} arguments, got {nargs}",
+                f"{_fmt(where)}: {name} takes {want} arguments, got {nargs}",
             )
-        here = f"{where}/{name}"
+        here = (where, "/" + name)
         try:
             return build(self, wire, here, depth)
         except (TypeError, ValueError) as exc:
-            raise ProtocolError(ErrorCode.INVALID_TRANSACTION, f"{here}: {exc}") from None
+            raise ProtocolError(ErrorCode.INVALID_TRANSACTION, f"{_fmt(here)}: {exc}") from None
 
-    def operator(self, wire: Any, where: str, depth: int) -> Operator:
+    def operator(self, wire: Any, where: Where, depth: int) -> Operator:
         node = self.node(wire, where, depth + 1)
         if not isinstance(node, Operator):
             raise ProtocolError(
                 ErrorCode.INVALID_TRANSACTION,
-                f"{where}: expected an operator, got statement {type(node).__name__}",
+                f"{_fmt(where)}: expected an operator, got statement {type(node).__name__}",
             )
         return node
 
-    def statement(self, wire: Any, where: str, depth: int) -> Statement:
+    def statement(self, wire: Any, where: Where, depth: int) -> Statement:
         node = self.node(wire, where, depth + 1)
         if not isinstance(node, Statement):
             raise ProtocolError(
                 ErrorCode.INVALID_TRANSACTION,
-                f"{where}: expected a statement, got operator {type(node).__name__}; wrap "
+                f"{_fmt(where)}: expected a statement, got operator {type(node).__name__}; wrap "
                 "operators in Assert, If, SelectOperatorValue or AnywayContinueAfter",
             )
         return node
@@ -285,43 +330,43 @@ def _bool_arg(wire: list[Any], i: int, default: bool) -> bool:
     return value  # type: ignore[no-any-return]
 
 
-def _b_assert(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_assert(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     return Assert(d.operator(w[1], where, depth))
 
 
-def _b_abort(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_abort(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     return Abort()
 
 
-def _b_block(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_block(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     items = w[1]
     if type(items) is not list or not items:
         raise ValueError("Block takes a non-empty array of statements")
-    return Block(*[d.statement(s, f"{where}[{i}]", depth) for i, s in enumerate(items)])
+    return Block(*[d.statement(s, (where, f"[{i}]"), depth) for i, s in enumerate(items)])
 
 
-def _b_if(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
-    cond = d.operator(w[1], f"{where}.condition", depth)
-    then = d.statement(w[2], f"{where}.then", depth)
+def _b_if(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
+    cond = d.operator(w[1], (where, ".condition"), depth)
+    then = d.statement(w[2], (where, ".then"), depth)
     other = _arg(w, 3, None)
-    else_ = None if other is None else d.statement(other, f"{where}.else", depth)
+    else_ = None if other is None else d.statement(other, (where, ".else"), depth)
     return If(cond, then, else_)
 
 
-def _b_anyway(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_anyway(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     change = d.operator(w[1], where, depth)
     return AnywayContinueAfter(change, reset_abort=_bool_arg(w, 2, False))  # type: ignore[arg-type]
 
 
-def _b_select_const(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_select_const(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     return SelectConstantValue(w[1], _arg(w, 2, None))
 
 
-def _b_select_op(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_select_op(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     return SelectOperatorValue(w[1], d.operator(w[2], where, depth))
 
 
-def _b_select_var(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_select_var(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     return SelectVarValue(
         w[1],
         w[2],
@@ -332,32 +377,32 @@ def _b_select_var(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node
     )
 
 
-def _binary(cls: type[And | Or | Xor]) -> Callable[[_TreeDecoder, list[Any], str, int], Node]:
-    def build(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _binary(cls: type[And | Or | Xor]) -> Callable[[_TreeDecoder, list[Any], Where, int], Node]:
+    def build(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
         return cls(
-            d.operator(w[1], f"{where}.left", depth), d.operator(w[2], f"{where}.right", depth)
+            d.operator(w[1], (where, ".left"), depth), d.operator(w[2], (where, ".right"), depth)
         )
 
     return build
 
 
-def _b_not(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_not(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     return Not(d.operator(w[1], where, depth))
 
 
-def _b_true(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_true(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     return TRUE
 
 
-def _b_false(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_false(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     return FALSE
 
 
-def _b_exists(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_exists(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     return Exists(w[1], w[2], _arg(w, 3, None), ignore_this_session=_bool_arg(w, 4, True))
 
 
-def _b_setvar(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_setvar(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     return SetVar(
         w[1],
         w[2],
@@ -365,14 +410,30 @@ def _b_setvar(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
         description=_arg(w, 4, None),
         ttl=_arg(w, 5, None),
         allow_duplicates=_bool_arg(w, 6, False),
+        period=_arg(w, 7, None),
     )
 
 
-def _b_deletevar(d: _TreeDecoder, w: list[Any], where: str, depth: int) -> Node:
+def _b_countbelow(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
+    return CountBelow(
+        w[1],
+        w[2],
+        w[3],
+        limit_table=_arg(w, 4, None),
+        limit_var=_arg(w, 5, None),
+        ignore_this_session=_bool_arg(w, 6, False),
+    )
+
+
+def _b_waiting(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
+    return Waiting(w[1], w[2])
+
+
+def _b_deletevar(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     return DeleteVar(w[1], w[2], _arg(w, 3, None))
 
 
-_Builder = Callable[[_TreeDecoder, list[Any], str, int], Node]
+_Builder = Callable[[_TreeDecoder, list[Any], Where, int], Node]
 # op name -> (min args, max args, builder)
 _NODE_SPECS: dict[str, tuple[int, int, _Builder]] = {
     "Assert": (1, 1, _b_assert),
@@ -390,7 +451,9 @@ _NODE_SPECS: dict[str, tuple[int, int, _Builder]] = {
     "True": (0, 0, _b_true),
     "False": (0, 0, _b_false),
     "Exists": (2, 4, _b_exists),
-    "SetVar": (2, 6, _b_setvar),
+    "SetVar": (2, 7, _b_setvar),
+    "CountBelow": (3, 6, _b_countbelow),
+    "Waiting": (2, 2, _b_waiting),
     "DeleteVar": (2, 3, _b_deletevar),
 }
 
@@ -410,7 +473,13 @@ def statements_from_wire(
             f"statements must be an array, got {_wire_type(wire)}",
         )
     d = _TreeDecoder(limits)
-    return tuple(d.statement(s, f"statements[{i}]", 0) for i, s in enumerate(wire))
+    return tuple(
+        [d.statement(s, _TOP[i] if i < 64 else f"statements[{i}]", 0) for i, s in enumerate(wire)]
+    )
+
+
+_TOP = [f"statements[{i}]" for i in range(64)]
+_KNOWN_OPS = ", ".join(sorted(_NODE_SPECS))
 
 
 _SHOW_MAX = 64

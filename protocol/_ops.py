@@ -45,6 +45,8 @@ __all__ = [
     "TRUE",
     "FALSE",
     "Exists",
+    "CountBelow",
+    "Waiting",
     "SetVar",
     "DeleteVar",
     "check_value",
@@ -386,7 +388,10 @@ class Exists(Operator):
 class SetVar(ChangeOperator):
     """Exclusive (default): succeeds only when no entry exists at all, the caller's own
     included. ``allow_duplicates``: replaces the caller's entry in place or appends one.
-    ``ttl`` (seconds) makes the entry expire by itself. False on conflict, nothing changed."""
+    ``ttl`` (seconds) makes the entry expire by itself. ``period`` (seconds; extension) makes
+    it expire at the end of the current period window of the server's clock (windows are
+    ``[k*period, (k+1)*period)`` in Unix time), so an exclusive SetVar succeeds once per
+    window. False on conflict, nothing changed."""
 
     PATH_NAME: ClassVar[str] = "SetVarOp"
     WIRE_NAME: ClassVar[str] = "SetVar"
@@ -396,6 +401,57 @@ class SetVar(ChangeOperator):
     description: str | None = attrs.field(default=None, kw_only=True, validator=_opt_str)
     ttl: float | None = attrs.field(default=None, kw_only=True, validator=_ttl)
     allow_duplicates: bool = attrs.field(default=False, kw_only=True, validator=_flag)
+    period: float | None = attrs.field(default=None, kw_only=True, validator=_ttl)
+
+    def __attrs_post_init__(self) -> None:
+        if self.ttl is not None and self.period is not None:
+            raise ValueError("SetVar takes ttl or period, not both")
+
+
+def _limit(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not int or not 0 <= value <= _INT_MAX:
+        raise ValueError(
+            f"{type(inst).__name__}.{attribute.name} must be an integer >= 0, "
+            f"got {value if type(value) is int else type(value).__name__}"
+        )
+
+
+def _opt_name(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        _name(inst, attribute, value)
+
+
+@attrs.frozen
+class CountBelow(Operator):
+    """Extension: true when ``table``/``var`` holds fewer than ``limit`` entries (the
+    caller's own counted unless ``ignore_this_session``). With ``limit_table``/``limit_var``
+    the limit is read from that variable's first entry when its value is an integer >= 0,
+    so every client sees the same configured number (``limit`` is then the default)."""
+
+    PATH_NAME: ClassVar[str] = "CountBelowOp"
+    WIRE_NAME: ClassVar[str] = "CountBelow"
+    table: str = attrs.field(validator=_name)
+    var: str = attrs.field(validator=_name)
+    limit: int = attrs.field(validator=_limit)
+    limit_table: str | None = attrs.field(default=None, kw_only=True, validator=_opt_name)
+    limit_var: str | None = attrs.field(default=None, kw_only=True, validator=_opt_name)
+    ignore_this_session: bool = attrs.field(default=False, kw_only=True, validator=_flag)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.limit_table is None) != (self.limit_var is None):
+            raise ValueError("CountBelow takes limit_table and limit_var together")
+
+
+@attrs.frozen
+class Waiting(Operator):
+    """Extension: true when a parked (waiting) transaction of another session would set
+    ``table``/``var`` (it holds a SetVar on it). Lets a recipe give way to waiters, e.g.
+    readers to a waiting writer (writer preference)."""
+
+    PATH_NAME: ClassVar[str] = "WaitingOp"
+    WIRE_NAME: ClassVar[str] = "Waiting"
+    table: str = attrs.field(validator=_name)
+    var: str = attrs.field(validator=_name)
 
 
 @attrs.frozen

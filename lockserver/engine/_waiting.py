@@ -36,6 +36,7 @@ import attrs
 
 from protocol import (
     Cause,
+    CountBelow,
     DeleteVar,
     ErrorCode,
     Exists,
@@ -46,27 +47,44 @@ from protocol import (
     Status,
     Transaction,
     TransactionResult,
+    Waiting,
 )
 
 from ._engine import Engine
 from ._eval import EngineError
 
-__all__ = ["WaitLimits", "WaitQueue", "WaitStatistics", "dependencies"]
+__all__ = ["WaitLimits", "WaitQueue", "WaitStatistics", "dependencies", "keys_of"]
 
 Key = tuple[str, str, str]
-_KEYED = (Exists, SetVar, DeleteVar, SelectVarValue)
+_KEYED = (Exists, SetVar, DeleteVar, SelectVarValue, CountBelow, Waiting)
 # Wait-time histogram bucket upper bounds, seconds (the last bucket is "more").
 _BUCKETS = (0.001, 0.01, 0.1, 1.0, 10.0, 60.0)
 
 
 def dependencies(tx: Transaction) -> frozenset[Key]:
-    """The variables a transaction reads or writes, in any branch."""
+    """The variables a transaction reads or writes, in any branch (for ``Waiting`` nodes:
+    the variable whose pending setters it looks at; for ``CountBelow``: also its limit)."""
     ns = tx.namespace
     keys: set[Key] = set()
     stack: list[Any] = list(tx.statements)
     while stack:
         node = stack.pop()
         if isinstance(node, _KEYED):
+            keys.add((ns, node.table, node.var))
+            if type(node) is CountBelow and node.limit_table is not None:
+                keys.add((ns, node.limit_table, node.limit_var))  # type: ignore[arg-type]
+        stack.extend(_children(node))
+    return frozenset(keys)
+
+
+def keys_of(tx: Transaction, kind: type) -> frozenset[Key]:
+    """The variables of every ``kind`` node (SetVar, Waiting...) of a transaction."""
+    ns = tx.namespace
+    keys: set[Key] = set()
+    stack: list[Any] = list(tx.statements)
+    while stack:
+        node: Any = stack.pop()
+        if type(node) is kind:
             keys.add((ns, node.table, node.var))
         stack.extend(_children(node))
     return frozenset(keys)
@@ -123,8 +141,10 @@ class _Waiter:
         "seen",
         "seq",
         "session",
+        "sets",
         "token",
         "tx",
+        "watches",
     )
 
     def __init__(
@@ -149,6 +169,8 @@ class _Waiter:
         self.deadline = deadline
         self.last = last
         self.seen = 0  # the queue's change version this waiter was last evaluated at
+        self.sets = keys_of(tx, SetVar)  # what it would set: visible through ``Waiting``
+        self.watches = keys_of(tx, Waiting)  # whose pending setters it looks at
 
 
 Answer = tuple[Hashable, TransactionResult]
@@ -168,6 +190,7 @@ class WaitQueue:
         self._by_key: dict[Key, dict[int, _Waiter]] = {}
         self._by_session: dict[str, dict[int, _Waiter]] = {}
         self._by_owner: dict[Hashable, dict[int, _Waiter]] = {}
+        self._watched: dict[Key, int] = {}  # variables parked Waiting nodes look at
         self._deadlines: list[tuple[float, int, _Waiter]] = []
         self._parked_total = 0
         self._granted_total = 0
@@ -223,6 +246,13 @@ class WaitQueue:
             self._by_key.setdefault(key, {})[w.seq] = w
         self._by_session.setdefault(session.session_id, {})[w.seq] = w
         self._by_owner.setdefault(owner, {})[w.seq] = w
+        sid = session.session_id
+        pending = self.engine.pending_sets
+        for key in w.sets:
+            setters = pending.setdefault(key, {})
+            setters[sid] = setters.get(sid, 0) + 1
+        for key in w.watches:
+            self._watched[key] = self._watched.get(key, 0) + 1
         heapq.heappush(self._deadlines, (w.deadline, w.seq, w))
         self._parked_total += 1
         self.engine.track_changes = True
@@ -262,6 +292,14 @@ class WaitQueue:
             return answers
         engine.sweep(now)
         self._drop_dead_sessions(now, answers)
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            _, _, w = heapq.heappop(heap)
+            if w.token in self._by_token:
+                self._remove(w)
+                self._timed_out_total += 1
+                self._observe(now - w.parked_at)
+                answers.append((w.token, attrs.evolve(w.last, uptime=engine.uptime(now))))
         # Versions make a cascade cost one evaluation per waiter per change it has not seen:
         # a waiter evaluated after a grant already saw that grant's change.
         self._version += 1
@@ -303,14 +341,6 @@ class WaitQueue:
                         stamps[key] = self._version
                     pending |= changed
             self._drop_dead_sessions(now, answers)
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:
-            _, _, w = heapq.heappop(heap)
-            if w.token in self._by_token:
-                self._remove(w)
-                self._timed_out_total += 1
-                self._observe(now - w.parked_at)
-                answers.append((w.token, attrs.evolve(w.last, uptime=engine.uptime(now))))
         if not self._by_token:
             engine.track_changes = False
         return answers
@@ -377,6 +407,27 @@ class WaitQueue:
 
     def _remove(self, w: _Waiter) -> None:
         del self._by_token[w.token]
+        for key in w.watches:
+            if self._watched[key] == 1:
+                del self._watched[key]
+            else:
+                self._watched[key] -= 1
+        if w.sets:
+            # One fewer pending setter: waiters that gave way to it (``Waiting``) must be
+            # looked at again, so for them this counts as a change of those variables.
+            engine = self.engine
+            pending = engine.pending_sets
+            sid = w.session.session_id
+            for key in w.sets:
+                setters = pending[key]
+                if setters[sid] == 1:
+                    del setters[sid]
+                    if not setters:
+                        del pending[key]
+                else:
+                    setters[sid] -= 1
+                if key in self._watched:
+                    engine.note_change(key)
         for key in w.keys:
             waiting = self._by_key[key]
             del waiting[w.seq]

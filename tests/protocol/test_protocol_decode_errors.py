@@ -408,12 +408,33 @@ def _direct(wire: Any) -> ProtocolError:
 # --- trees --------------------------------------------------------------------------------------
 
 OP_NAMES = (
-    "Abort, And, AnywayContinueAfter, Assert, Block, DeleteVar, Exists, False, If, Not, Or, "
-    "SelectConstantValue, SelectOperatorValue, SelectVarValue, SetVar, True, Xor"
+    "Abort, And, AnywayContinueAfter, Assert, Block, CountBelow, DeleteVar, Exists, False, If, "
+    "Not, Or, SelectConstantValue, SelectOperatorValue, SelectVarValue, SetVar, True, Waiting, Xor"
 )
 WRAP = "wrap operators in Assert, If, SelectOperatorValue or AnywayContinueAfter"
 
 TREE_CASES: list[tuple[str, Any, str]] = [
+    (
+        "setvar-ttl-and-period",
+        [["Assert", ["SetVar", "t", "v", 1, None, 5, False, 60]]],
+        "SetVar takes ttl or period, not both",
+    ),
+    (
+        "countbelow-negative",
+        [["Assert", ["CountBelow", "t", "v", -1]]],
+        "CountBelow.limit must be an integer >= 0, got -1",
+    ),
+    (
+        "countbelow-half-limit-source",
+        [["Assert", ["CountBelow", "t", "v", 1, "limits"]]],
+        "CountBelow takes limit_table and limit_var together",
+    ),
+    (
+        "countbelow-float",
+        [["Assert", ["CountBelow", "t", "v", 1.5]]],
+        "CountBelow.limit must be an integer >= 0, got float",
+    ),
+    ("waiting-blank", [["Assert", ["Waiting", "t", " "]]], "Waiting.var must not be blank"),
     ("unknown-op", [["Nope"]], f"statements[0]: unknown op 'Nope' (known: {OP_NAMES})"),
     ("lowercase-op", [["Abort"], ["assert", ["True"]]], "statements[1]: unknown op 'assert'"),
     ("int-op", [[5]], "statements[0]: unknown op 5"),
@@ -443,12 +464,12 @@ TREE_CASES: list[tuple[str, Any, str]] = [
     (
         "setvar-few",
         [["Assert", ["SetVar", "t"]]],
-        "statements[0]/Assert: SetVar takes 2 to 6 arguments, got 1",
+        "statements[0]/Assert: SetVar takes 2 to 7 arguments, got 1",
     ),
     (
         "setvar-many",
-        [["Assert", ["SetVar", "t", "v", 1, "d", 5, True, 0]]],
-        "SetVar takes 2 to 6 arguments, got 7",
+        [["Assert", ["SetVar", "t", "v", 1, "d", None, True, 60, 0]]],
+        "SetVar takes 2 to 7 arguments, got 8",
     ),
     ("if-few", [["If", ["True"]]], "statements[0]: If takes 2 to 3 arguments, got 1"),
     (

@@ -172,6 +172,8 @@ PUBLIC = {
     "TRUE",
     "FALSE",
     "Exists",
+    "CountBelow",
+    "Waiting",
     "SetVar",
     "DeleteVar",
     "check_value",
