@@ -83,9 +83,10 @@ def keys_of(tx: Transaction, kind: type) -> frozenset[Key]:
     keys: set[Key] = set()
     stack: list[Any] = list(tx.statements)
     while stack:
-        node: Any = stack.pop()
+        node = stack.pop()
         if type(node) is kind:
-            keys.add((ns, node.table, node.var))
+            keyed: Any = node
+            keys.add((ns, keyed.table, keyed.var))
         stack.extend(_children(node))
     return frozenset(keys)
 
