@@ -23,7 +23,7 @@ Why / rules kept (SEMANTICS.md, issue #2):
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+import math
 from typing import Any
 
 import attrs
@@ -39,7 +39,7 @@ from protocol import (
     TransactionResult,
 )
 
-from ._eval import S_FENCE, S_OWNER, EngineError, Entry, TxContext
+from ._eval import S_EXPIRES, S_FENCE, S_OWNER, EngineError, Entry, TxContext
 
 __all__ = ["Engine", "EngineLimits", "EngineStatistics"]
 
@@ -83,7 +83,6 @@ class _Session:
     """A client session (engine-internal)."""
 
     __slots__ = (
-        "deadline_queued",
         "description",
         "ended",
         "keys",
@@ -98,22 +97,20 @@ class _Session:
         self.max_age = spec.max_age
         self.last_touch = now
         self.ended = False
-        self.deadline_queued = now + spec.max_age
         # (namespace, table, var) -> None: an insertion-ordered set of the vars it holds
         self.keys: dict[tuple[str, str, str], None] = {}
 
     @property
     def deadline(self) -> float:
+        """When the session expires unless touched again (engine clock)."""
         return self.last_touch + self.max_age
 
 
-_OUTCOME_NAMES = {
-    (Status.TRANSACTION_OK, Cause.UNSPECIFIED): "TransactionOK",
-    (Status.TRANSACTION_ERROR, Cause.STATEMENT): "TransactionError:Statement",
-    (Status.TRANSACTION_ERROR, Cause.MINIMUM_REQUIREMENTS): "TransactionError:MinimumRequirements",
-    (Status.TRANSACTION_ERROR, Cause.SESSION_EXPIRED): "TransactionError:SessionExpired",
-    (Status.CALL_FAILED, Cause.UNSPECIFIED): "CallFailed",
-}
+# Outcome names of EngineStatistics.by_outcome; counted by name (a str key hashes faster than
+# a (Status, Cause) tuple on the hot path).
+_OK = "TransactionOK"
+_FAILED = "TransactionError:Statement"
+_REFUSED = "TransactionError:MinimumRequirements"
 
 
 class Engine:
@@ -131,6 +128,12 @@ class Engine:
         self.started_at = started_at
         self.host = host
         self.limits = limits or EngineLimits()
+        # Unix time (s) at started_at, from the fence epoch (wall-clock µs at start): period
+        # windows (SetVar period=) align on the wall clock, like the seed's floor(now/period).
+        self.wall_at_start = fence_epoch / 1_000_000
+        # (namespace, table, var) -> {session id: parked transactions of that session holding a
+        # SetVar on it}; kept by the WaitQueue, read by the Waiting operator.
+        self.pending_sets: dict[tuple[str, str, str], dict[str, int]] = {}
         self.namespaces: dict[str, dict[str, dict[str, list[Entry]]]] = {}
         self.sessions: dict[str, _Session] = {}
         self.entry_count = 0
@@ -140,7 +143,7 @@ class Engine:
         # (expires_at, seq, namespace, table, var, session_id, fence)
         self._ttl_heap: list[tuple[float, int, str, str, str, str, int]] = []
         self._lost: list[LockLost] = []
-        self._outcomes: Counter[tuple[Status, Cause]] = Counter()
+        self._outcomes: dict[str, int] = {_OK: 0, _FAILED: 0, _REFUSED: 0}
         self._sessions_expired = 0
         self._entries_expired = 0
         # When tracking, every change to a variable records (namespace, table, var) here for
@@ -149,6 +152,17 @@ class Engine:
         self._changed: set[tuple[str, str, str]] = set()
 
     # --- public API ---------------------------------------------------------------------------
+
+    def window_end(self, now: float, period: float) -> float:
+        """Engine time at which the current ``period`` window of the wall clock ends."""
+        wall = self.wall_at_start + (now - self.started_at)
+        end = (math.floor(wall / period) + 1) * period
+        return now + (end - wall)
+
+    def note_change(self, key: tuple[str, str, str]) -> None:
+        """Record a change of ``key`` for waiters (when changes are tracked)."""
+        if self.track_changes:
+            self._changed.add(key)
 
     def uptime(self, now: float) -> float:
         """Seconds since the engine started (never negative)."""
@@ -165,12 +179,17 @@ class Engine:
         """Run ``tx`` in ``session`` at time ``now``, all or nothing.
 
         Expected outcomes (OK, a failed statement, a refused contract) are results. A limit
-        (too many sessions or entries) raises :class:`EngineError` and changes nothing.
+        (too many sessions or entries) raises :class:`EngineError` and changes nothing: the
+        transaction's changes are rolled back and its session is neither created nor touched.
         """
-        self._expire(now)
+        # Hot path: the expiry check is inlined (nothing is due on almost every call).
+        heap = self._session_heap
+        theap = self._ttl_heap
+        if (heap and heap[0][0] <= now) or (theap and theap[0][0] <= now):
+            self._expire(now)
         uptime = now - self.started_at
         if uptime < tx.min_uptime or trust < tx.min_trust:
-            self._outcomes[(Status.TRANSACTION_ERROR, Cause.MINIMUM_REQUIREMENTS)] += 1
+            self._outcomes[_REFUSED] += 1
             return TransactionResult(
                 Status.TRANSACTION_ERROR,
                 Cause.MINIMUM_REQUIREMENTS,
@@ -183,10 +202,17 @@ class Engine:
                 self.fence,
                 None,
             )
-        s = self._touch(session, now)
-        valid_until = s.last_touch + s.max_age - self.started_at
-        if not tx.statements:
-            self._outcomes[(Status.TRANSACTION_OK, Cause.UNSPECIFIED)] += 1
+        s = self.sessions.get(session.session_id)
+        if s is None:
+            s = self._new_session(session, now)
+            previous_touch = None
+        else:
+            previous_touch = s.last_touch
+            s.last_touch = now
+        valid_until = now + s.max_age - self.started_at
+        statements = tx.statements
+        if not statements:
+            self._outcomes[_OK] += 1
             return TransactionResult(
                 Status.TRANSACTION_OK,
                 Cause.UNSPECIFIED,
@@ -201,38 +227,51 @@ class Engine:
             )
         ctx = TxContext(self, s, tx.namespace, tx.transaction_id, now, self.fence + 1)
         try:
-            failed = ctx.run(tx.statements)
+            failed = ctx.run(statements)
         except BaseException:  # a limit (EngineError) or a bug: leave no trace either way
             ctx.rollback()
+            if previous_touch is None:
+                s.ended = True  # its heap item is skipped when it surfaces
+                del self.sessions[s.session_id]
+            else:
+                s.last_touch = previous_touch
             raise
         if failed is not None:
             ctx.rollback()
-            status, cause = Status.TRANSACTION_ERROR, Cause.STATEMENT
-        else:
-            status, cause = Status.TRANSACTION_OK, Cause.UNSPECIFIED
-            if ctx.snapshots:
-                self.fence += 1
-                ns = tx.namespace
-                if ctx.ttl_pushes:
-                    sid = s.session_id
-                    for expires, table, var, fence in ctx.ttl_pushes:
-                        self._seq += 1
-                        heapq.heappush(
-                            self._ttl_heap, (expires, self._seq, ns, table, var, sid, fence)
-                        )
-                if ctx.tables is not None and not ctx.tables:
-                    self.namespaces.pop(ns, None)
-                if self.track_changes:
-                    self._changed.update((ns, t, v) for t, v in ctx.snapshots)
-        self._outcomes[(status, cause)] += 1
+            self._outcomes[_FAILED] += 1
+            return TransactionResult(
+                Status.TRANSACTION_ERROR,
+                Cause.STATEMENT,
+                tx.transaction_id,
+                self.host,
+                uptime,
+                trust,
+                failed,
+                tuple(ctx.data),
+                self.fence,
+                valid_until,
+            )
+        if ctx.snapshots:
+            self.fence += 1
+            ns = tx.namespace
+            if ctx.ttl_pushes:
+                sid = s.session_id
+                for expires, table, var, fence in ctx.ttl_pushes:
+                    self._seq += 1
+                    heapq.heappush(theap, (expires, self._seq, ns, table, var, sid, fence))
+            if not ctx.tables:  # the transaction deleted the namespace's last entries
+                self.namespaces.pop(ns, None)
+            if self.track_changes:
+                self._changed.update((ns, t, v) for t, v in ctx.snapshots)
+        self._outcomes[_OK] += 1
         return TransactionResult(
-            status,
-            cause,
+            Status.TRANSACTION_OK,
+            Cause.UNSPECIFIED,
             tx.transaction_id,
             self.host,
             uptime,
             trust,
-            failed,
+            None,
             tuple(ctx.data),
             self.fence,
             valid_until,
@@ -288,57 +327,59 @@ class Engine:
             sessions=len(self.sessions),
             fence=self.fence,
             transactions=sum(self._outcomes.values()),
-            by_outcome={_OUTCOME_NAMES[k]: v for k, v in sorted(self._outcomes.items())},
+            by_outcome={k: v for k, v in self._outcomes.items() if v},
             sessions_expired=self._sessions_expired,
             entries_expired=self._entries_expired,
         )
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _touch(self, spec: SessionSpec, now: float) -> _Session:
-        s = self.sessions.get(spec.session_id)
-        if s is None:
-            if len(self.sessions) >= self.limits.max_sessions:
-                raise EngineError(
-                    ErrorCode.TOO_MANY_SESSIONS,
-                    f"the server holds {len(self.sessions)} sessions, the limit "
-                    f"(max_sessions={self.limits.max_sessions})",
-                )
-            s = _Session(spec, now)
-            self.sessions[spec.session_id] = s
-            self._seq += 1
-            heapq.heappush(self._session_heap, (s.deadline_queued, self._seq, s))
-        else:
-            s.last_touch = now
+    def _new_session(self, spec: SessionSpec, now: float) -> _Session:
+        if len(self.sessions) >= self.limits.max_sessions:
+            raise EngineError(
+                ErrorCode.TOO_MANY_SESSIONS,
+                f"the server holds {len(self.sessions)} sessions, the limit "
+                f"(max_sessions={self.limits.max_sessions})",
+            )
+        s = _Session(spec, now)
+        self.sessions[spec.session_id] = s
+        self._seq += 1
+        heapq.heappush(self._session_heap, (s.deadline, self._seq, s))
         return s
 
     def _expire(self, now: float) -> int:
+        """Process every session and entry deadline due by ``now`` in time order (a session
+        before an entry at the same instant), so each loss is reported with its true cause."""
         removed = 0
         heap = self._session_heap
-        while heap and heap[0][0] <= now:
-            _, _, s = heapq.heappop(heap)
-            if s.ended:
-                continue
-            deadline = s.last_touch + s.max_age
-            if deadline > now:
-                s.deadline_queued = deadline
-                self._seq += 1
-                heapq.heappush(heap, (deadline, self._seq, s))
-                continue
-            removed += len(s.keys)
-            self._sessions_expired += 1
-            self._drop_session(s, LostReason.EXPIRED)
         theap = self._ttl_heap
-        while theap and theap[0][0] <= now:
-            _, _, ns, table, var, sid, fence = heapq.heappop(theap)
-            if self._remove_entry(ns, table, var, sid, fence):
-                removed += 1
-                self._entries_expired += 1
-                self._lost.append(LockLost(sid, LostReason.TTL, ((ns, table, var, fence),)))
+        while (heap and heap[0][0] <= now) or (theap and theap[0][0] <= now):
+            if heap and heap[0][0] <= now and (not theap or heap[0][0] <= theap[0][0]):
+                queued, _, s = heapq.heappop(heap)
+                if s.ended:
+                    continue
+                deadline = s.deadline
+                if deadline > queued:  # touched since queued: re-queue at its real deadline
+                    self._seq += 1
+                    heapq.heappush(heap, (deadline, self._seq, s))
+                    continue
+                removed += len(s.keys)
+                self._sessions_expired += 1
+                self._drop_session(s, LostReason.EXPIRED)
+            else:
+                expires, _, ns, table, var, sid, fence = heapq.heappop(theap)
+                if self._remove_entry(ns, table, var, sid, fence, expires):
+                    removed += 1
+                    self._entries_expired += 1
+                    self._lost.append(LockLost(sid, LostReason.TTL, ((ns, table, var, fence),)))
         return removed
 
-    def _remove_entry(self, ns: str, table: str, var: str, sid: str, fence: int) -> bool:
-        """Remove ``sid``'s entry of a variable if it still has the given fence."""
+    def _remove_entry(
+        self, ns: str, table: str, var: str, sid: str, fence: int, expires: float
+    ) -> bool:
+        """Remove ``sid``'s entry of a variable if it is still the one queued to expire at
+        ``expires``: same fence (not replaced by a later transaction) and same expiry (not
+        replaced within its own transaction, where the fence is shared)."""
         tables = self.namespaces.get(ns)
         if tables is None:
             return False
@@ -350,13 +391,12 @@ class Engine:
             return False
         for i, e in enumerate(entries):
             if e[S_OWNER] == sid:
-                if e[S_FENCE] != fence:
+                if e[S_FENCE] != fence or e[S_EXPIRES] != expires:
                     return False
                 self._unlink(ns, table, var, tables, vars_, entries, i)
-                s = self.sessions.get(sid)
-                if s is not None and (ns, table, var) in s.keys:
-                    del s.keys[(ns, table, var)]
-                    self.entry_count -= 1
+                # The owner is alive: a dropped session's entries are gone with it.
+                del self.sessions[sid].keys[(ns, table, var)]
+                self.entry_count -= 1
                 return True
         return False
 
@@ -390,11 +430,11 @@ class Engine:
             tables = self.namespaces[ns]
             vars_ = tables[table]
             entries = vars_[var]
-            for i, e in enumerate(entries):
-                if e[S_OWNER] == sid:
-                    lost.append((ns, table, var, e[S_FENCE]))
-                    self._unlink(ns, table, var, tables, vars_, entries, i)
-                    break
+            i = 0  # the session holds exactly one entry here (its keys say so)
+            while entries[i][S_OWNER] != sid:
+                i += 1
+            lost.append((ns, table, var, entries[i][S_FENCE]))
+            self._unlink(ns, table, var, tables, vars_, entries, i)
         self.entry_count -= len(s.keys)
         s.keys.clear()
         if reason is not None:

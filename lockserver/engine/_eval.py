@@ -33,6 +33,7 @@ from protocol import (
     AnywayContinueAfter,
     Assert,
     Block,
+    CountBelow,
     DeleteVar,
     ErrorCode,
     Exists,
@@ -46,6 +47,7 @@ from protocol import (
     SelectVarValue,
     SetVar,
     TrueOp,
+    Waiting,
     Xor,
 )
 
@@ -151,13 +153,15 @@ class TxContext:
 
     def rollback(self) -> None:
         """Restore every variable this transaction changed (O(changed variables))."""
+        if not self.snapshots:
+            return
         engine = self.engine
         ns = self.namespace
         session = self.session
-        tables = engine.namespaces.get(ns)
+        # A change made the namespace exist (SetVar) or found it (DeleteVar); only a commit or
+        # a rollback drops it again, so it is still there.
+        tables = engine.namespaces[ns]
         for (table, var), before in self.snapshots.items():
-            if tables is None:
-                tables = engine.namespaces.setdefault(ns, {})
             if before is None:
                 vars_ = tables.get(table)
                 if vars_ is not None:
@@ -175,8 +179,8 @@ class TxContext:
             elif key in session.keys:
                 del session.keys[key]
                 engine.entry_count -= 1
-        if tables is not None and not tables:
-            engine.namespaces.pop(ns, None)
+        if not tables:
+            del engine.namespaces[ns]
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -207,10 +211,6 @@ class TxContext:
 
 
 # --- operators --------------------------------------------------------------------------------
-
-
-def _eval(ctx: TxContext, node: Any) -> bool:
-    return _OPERATOR[type(node)](ctx, node)
 
 
 def _op_and(ctx: TxContext, node: Any) -> bool:
@@ -244,7 +244,9 @@ def _op_false(ctx: TxContext, node: Any) -> bool:
 
 
 def _op_exists(ctx: TxContext, node: Any) -> bool:
-    entries = ctx._entries(node.table, node.var)
+    tables = ctx.tables  # hot path: ctx._entries inlined
+    vars_ = None if tables is None else tables.get(node.table)
+    entries = None if vars_ is None else vars_.get(node.var)
     if not entries:
         return False
     value = node.value
@@ -258,13 +260,20 @@ def _op_exists(ctx: TxContext, node: Any) -> bool:
 def _op_setvar(ctx: TxContext, node: Any) -> bool:
     table = node.table
     var = node.var
-    entries = ctx._entries(table, var)
-    sid = ctx.sid
+    tables = ctx.tables  # hot path: ctx._entries inlined
+    vars_ = None if tables is None else tables.get(table)
+    entries = None if vars_ is None else vars_.get(var)
     if entries and not node.allow_duplicates:
         return False
+    sid = ctx.sid
     ttl = node.ttl
     now = ctx.now
-    expires = None if ttl is None else now + ttl
+    if ttl is not None:
+        expires: float | None = now + ttl
+    elif node.period is not None:
+        expires = ctx.engine.window_end(now, node.period)
+    else:
+        expires = None
     entry: Entry = (sid, node.value, node.description, ctx.tx_id, now, expires, ctx.fence)
     if expires is not None:
         ctx.ttl_pushes.append((expires, table, var, ctx.fence))
@@ -289,16 +298,18 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
             f"the server holds {engine.entry_count} entries, the limit "
             f"(max_entries={engine.limits.max_entries})",
         )
-    ctx._snapshot(table, var, entries)
+    snapshots = ctx.snapshots  # hot path: ctx._snapshot inlined
     if entries is None:
-        tables = ctx.tables
-        if tables is None:
-            tables = ctx.tables = engine.namespaces.setdefault(ctx.namespace, {})
-        vars_ = tables.get(table)
+        if (table, var) not in snapshots:
+            snapshots[table, var] = None
         if vars_ is None:
+            if tables is None:
+                tables = ctx.tables = engine.namespaces.setdefault(ctx.namespace, {})
             vars_ = tables[table] = {}
         vars_[var] = [entry]
     else:
+        if (table, var) not in snapshots:
+            snapshots[table, var] = list(entries)
         entries.append(entry)
     session.keys[(ctx.namespace, table, var)] = None
     engine.entry_count += 1
@@ -332,6 +343,31 @@ def _op_deletevar(ctx: TxContext, node: Any) -> bool:
     return False
 
 
+def _op_countbelow(ctx: TxContext, node: Any) -> bool:
+    limit: int = node.limit
+    if node.limit_table is not None:
+        configured = ctx._entries(node.limit_table, node.limit_var)
+        if configured:
+            value = configured[0][S_VALUE]
+            if type(value) is int and value >= 0:
+                limit = value
+    entries = ctx._entries(node.table, node.var)
+    if not entries:
+        return limit > 0
+    if node.ignore_this_session:
+        sid = ctx.sid
+        return sum(1 for e in entries if e[S_OWNER] != sid) < limit
+    return len(entries) < limit
+
+
+def _op_waiting(ctx: TxContext, node: Any) -> bool:
+    setters = ctx.engine.pending_sets.get((ctx.namespace, node.table, node.var))
+    if not setters:
+        return False
+    sid = ctx.sid
+    return any(owner != sid for owner in setters)
+
+
 _OPERATOR: dict[type, Callable[[TxContext, Any], bool]] = {
     And: _op_and,
     Or: _op_or,
@@ -342,6 +378,8 @@ _OPERATOR: dict[type, Callable[[TxContext, Any], bool]] = {
     Exists: _op_exists,
     SetVar: _op_setvar,
     DeleteVar: _op_deletevar,
+    CountBelow: _op_countbelow,
+    Waiting: _op_waiting,
 }
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks and load generators (run as ``python -m benchmarks.<name>``)."""

@@ -1,0 +1,263 @@
+"""In-process micro-benchmark of the lock engine and the codec (no sockets, no server).
+
+Measures, each repeated ``--repeat`` times (median and min..max spread are printed so noise is
+visible):
+
+- ``acquire``: a mutex acquire ``[Assert(Not(Exists(T, k))), Assert(SetVar(T, k, ticket))]`` on
+  distinct keys, pre-built Transaction objects, 1,000 sessions taking turns;
+- ``release``: ``AnywayContinueAfter(DeleteVar(T, k, ticket))`` of those locks;
+- ``contended``: the same acquire by other sessions while the keys are held (fails at
+  ``0:/AssertOp/``, rolls nothing back because nothing changed);
+- ``codec request`` / ``codec reply``: encode + decode of an Execute request and of a
+  TransactionResult reply through ``protocol.Connection`` (send, receive_data, next_message);
+- ``acquire @ 1M``: the acquire with ``--fill`` entries already held, plus the resident memory
+  (VmRSS) and bytes per held entry.
+
+Run from the repository root::
+
+    python -m benchmarks.engine_micro [--count 100000] [--repeat 5] [--fill 1000000]
+
+The issue's target is >= 200,000 simple acquire transactions/s on one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from lockserver.engine import Engine, EngineLimits
+from protocol import (
+    AnywayContinueAfter,
+    Assert,
+    Connection,
+    DeleteVar,
+    Execute,
+    Exists,
+    Not,
+    Reply,
+    Role,
+    SessionSpec,
+    SetVar,
+    Status,
+    Transaction,
+)
+
+TABLE = "locks"
+NAMESPACE = "bench"
+SESSIONS = 1_000
+NOW = 1_000.0
+BIG = EngineLimits(max_sessions=10_000_000, max_entries=100_000_000, max_entries_per_session=10**8)
+
+
+def acquire_tx(key: str, ticket: int) -> Transaction:
+    """The 3-op mutex acquire: not held by anyone else, then take it exclusively."""
+    return Transaction(
+        NAMESPACE, [Assert(Not(Exists(TABLE, key))), Assert(SetVar(TABLE, key, ticket))]
+    )
+
+
+def release_tx(key: str, ticket: int) -> Transaction:
+    """The release: delete the caller's entry if it still carries the ticket."""
+    return Transaction(NAMESPACE, [AnywayContinueAfter(DeleteVar(TABLE, key, ticket))])
+
+
+def sessions(prefix: str, count: int = SESSIONS) -> list[SessionSpec]:
+    """``count`` session specs with a long max age (nothing expires during a run)."""
+    return [SessionSpec(f"{prefix}{i}", max_age=1e9) for i in range(count)]
+
+
+def rss_bytes() -> int:
+    """This process's resident set size, from /proc/self/status (0 when unavailable)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:  # not Linux
+        pass
+    return 0
+
+
+class Table:
+    """Rows of (name, median, min, max, unit) printed as an aligned table."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str, str]] = []
+
+    def rate(self, name: str, samples: Sequence[float]) -> None:
+        """Add a row of per-second rates."""
+        med = statistics.median(samples)
+        spread = (max(samples) - min(samples)) / med * 100 if med else 0.0
+        self.rows.append(
+            (
+                name,
+                f"{med:,.0f}",
+                f"{min(samples):,.0f}",
+                f"{max(samples):,.0f}",
+                f"ops/s  (spread {spread:.1f}%)",
+            )
+        )
+        rounds = ", ".join(f"{x:,.0f}" for x in samples)
+        print(f"  {name}: median {med:,.0f} ops/s (rounds: {rounds})", flush=True)
+
+    def value(self, name: str, value: float, unit: str) -> None:
+        """Add a row with a single figure."""
+        self.rows.append((name, f"{value:,.0f}", "", "", unit))
+
+    def print(self) -> None:
+        """Print the table."""
+        header = ("measurement", "median", "min", "max", "")
+        widths = [max(len(r[i]) for r in [header, *self.rows]) for i in range(5)]
+        line = "  ".join(
+            h.ljust(w) if i == 0 else h.rjust(w)
+            for i, (h, w) in enumerate(zip(header, widths, strict=True))
+        )
+        print()
+        print(line)
+        print("-" * len(line))
+        for row in self.rows:
+            print(
+                "  ".join(
+                    c.ljust(w) if i in (0, 4) else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(row, widths, strict=True))
+                )
+            )
+
+
+def timed(run: Callable[[], int]) -> float:
+    """Operations per second of one call of ``run`` (which returns its operation count)."""
+    start = time.perf_counter()
+    ops = run()
+    return ops / (time.perf_counter() - start)
+
+
+def batch_rate(
+    engine: Engine, batch: list[tuple[SessionSpec, Transaction]], expect: Status | None
+) -> float:
+    """Transactions per second of executing ``batch`` (checking the last outcome). The
+    collector stays on while timing (a server runs with it), but starts from a clean slate so
+    the freshly built batch is not what it spends the round traversing."""
+    gc.collect()
+    execute = engine.execute
+    start = time.perf_counter()
+    for spec, tx in batch:
+        result = execute(spec, tx, now=NOW)
+    rate = len(batch) / (time.perf_counter() - start)
+    assert expect is None or result.status is expect, result
+    return rate
+
+
+def engine_rounds(count: int, repeat: int) -> tuple[list[float], list[float], list[float]]:
+    """Acquire, contended acquire and release rates, one fresh engine per repetition."""
+    owners = sessions("owner-")
+    rivals = sessions("rival-")
+    acquires, contended, releases = [], [], []
+    for r in range(repeat):
+        keys = [f"r{r}-key-{i}" for i in range(count)]
+        acq = [(owners[i % SESSIONS], acquire_tx(k, i)) for i, k in enumerate(keys)]
+        rival = [(rivals[i % SESSIONS], acquire_tx(k, -i)) for i, k in enumerate(keys)]
+        rel = [(owners[i % SESSIONS], release_tx(k, i)) for i, k in enumerate(keys)]
+        engine = Engine(started_at=0.0, limits=BIG)
+        acquires.append(batch_rate(engine, acq, Status.TRANSACTION_OK))
+        assert engine.entry_count == count
+        contended.append(batch_rate(engine, rival, Status.TRANSACTION_ERROR))
+        assert engine.entry_count == count
+        releases.append(batch_rate(engine, rel, Status.TRANSACTION_OK))
+        assert engine.entry_count == 0
+        del engine, acq, rival, rel
+        gc.collect()
+    return acquires, contended, releases
+
+
+def codec_rounds(count: int, repeat: int) -> tuple[list[float], list[float]]:
+    """Encode + decode rates of an Execute request and of a TransactionResult reply."""
+    client = Connection(Role.CLIENT)
+    server = Connection(Role.SERVER)
+    spec = SessionSpec("client-1", max_age=30.0, description="bench")
+    request = Execute(7, spec, acquire_tx("orders/42", 12345), wait=None)
+    engine = Engine(started_at=0.0, host="bench-host")
+    result = engine.execute(spec, request.transaction, now=NOW, trust=0.9)
+    reply = Reply(7, result)
+    requests, replies = [], []
+    for _ in range(repeat):
+
+        def request_round() -> int:
+            for _ in range(count):
+                server.receive_data(client.send(request))
+                server.next_message()
+            return count
+
+        def reply_round() -> int:
+            for _ in range(count):
+                client.receive_data(server.send(reply))
+                client.next_message()
+            return count
+
+        requests.append(timed(request_round))
+        replies.append(timed(reply_round))
+    assert server.next_message() is None and client.next_message() is None
+    return requests, replies
+
+
+def fill_keys(fill: int) -> Iterator[tuple[SessionSpec, Transaction]]:
+    """Acquire transactions for ``fill`` distinct keys, built one at a time."""
+    owners = sessions("holder-")
+    for i in range(fill):
+        yield owners[i % SESSIONS], acquire_tx(f"held-{i}", i)
+
+
+def filled_rounds(fill: int, count: int, repeat: int) -> tuple[list[float], int, int]:
+    """Acquire rates with ``fill`` entries already held, and the memory the fill took."""
+    gc.collect()
+    rss_before = rss_bytes()
+    engine = Engine(started_at=0.0, limits=BIG)
+    for spec, tx in fill_keys(fill):
+        engine.execute(spec, tx, now=NOW)
+    assert engine.entry_count == fill
+    gc.collect()
+    rss_after = rss_bytes()
+    owners = sessions("owner-")
+    rates = []
+    for r in range(repeat):
+        keys = [f"r{r}-key-{i}" for i in range(count)]
+        acq = [(owners[i % SESSIONS], acquire_tx(k, i)) for i, k in enumerate(keys)]
+        rel = [(owners[i % SESSIONS], release_tx(k, i)) for i, k in enumerate(keys)]
+        rates.append(batch_rate(engine, acq, Status.TRANSACTION_OK))
+        assert engine.entry_count == fill + count
+        batch_rate(engine, rel, Status.TRANSACTION_OK)
+    return rates, rss_after, rss_after - rss_before
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse arguments, run every measurement, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=100_000, help="transactions per round")
+    parser.add_argument("--codec-count", type=int, default=50_000, help="messages per round")
+    parser.add_argument("--repeat", type=int, default=5, help="rounds per measurement")
+    parser.add_argument("--fill", type=int, default=1_000_000, help="entries held (0: skip)")
+    args = parser.parse_args(argv)
+
+    table = Table()
+    print(f"engine: {args.count:,} transactions x {args.repeat} rounds", flush=True)
+    acquires, contended, releases = engine_rounds(args.count, args.repeat)
+    table.rate("acquire (3 ops)", acquires)
+    table.rate("release", releases)
+    table.rate("contended acquire (fails)", contended)
+    print(f"codec: {args.codec_count:,} messages x {args.repeat} rounds", flush=True)
+    requests, replies = codec_rounds(args.codec_count, args.repeat)
+    table.rate("codec execute request enc+dec", requests)
+    table.rate("codec result reply enc+dec", replies)
+    if args.fill:
+        print(f"filling {args.fill:,} entries ...", flush=True)
+        rates, rss, used = filled_rounds(args.fill, args.count, args.repeat)
+        table.rate(f"acquire with {args.fill:,} held", rates)
+        table.value("RSS after fill", rss / 2**20, "MiB")
+        table.value("bytes per held entry", used / args.fill, "B (RSS growth / entries)")
+    table.print()
+
+
+if __name__ == "__main__":
+    main()
