@@ -9,6 +9,7 @@ from protocol import AnywayContinueAfter as AnywayContinueAfter
 from protocol import Assert as Assert
 from protocol import Block as Block
 from protocol import Cause as Cause
+from protocol import CountBelow as CountBelow
 from protocol import DeleteVar as DeleteVar
 from protocol import ErrorCode as ErrorCode
 from protocol import Exists as Exists
@@ -23,9 +24,11 @@ from protocol import SelectOperatorValue as SelectOperatorValue
 from protocol import SelectVarValue as SelectVarValue
 from protocol import SetVar as SetVar
 from protocol import Status as Status
+from protocol import Waiting as Waiting
 from protocol import Welcome as Welcome
 from protocol import Xor as Xor
 
+from . import recipes as recipes
 from ._async import AsyncLockClient as AsyncLockClient
 from ._async import AsyncSession as AsyncSession
 from ._async import open_lock_client as open_lock_client
@@ -43,6 +46,26 @@ from ._errors import TransportError as TransportError
 from ._result import Result as Result
 from ._sync import LockClient as LockClient
 from ._sync import Session as Session
+from .recipes import AsyncLockSet as AsyncLockSet
+from .recipes import AsyncMultiLock as AsyncMultiLock
+from .recipes import AsyncMutex as AsyncMutex
+from .recipes import AsyncReadWriteLock as AsyncReadWriteLock
+from .recipes import AsyncSemaphore as AsyncSemaphore
+from .recipes import AsyncStateLock as AsyncStateLock
+from .recipes import AsyncTimeWindowLock as AsyncTimeWindowLock
+from .recipes import LockLostError as LockLostError
+from .recipes import LockSet as LockSet
+from .recipes import MultiLock as MultiLock
+from .recipes import Mutex as Mutex
+from .recipes import NotAcquired as NotAcquired
+from .recipes import ReadWriteLock as ReadWriteLock
+from .recipes import Semaphore as Semaphore
+from .recipes import StateLock as StateLock
+from .recipes import TimeWindowLock as TimeWindowLock
+from .recipes import UnknownStamp as UnknownStamp
+from .recipes import clear_permits as clear_permits
+from .recipes import get_permits as get_permits
+from .recipes import set_permits as set_permits
 
 __all__ = [
     # faces
@@ -72,6 +95,28 @@ __all__ = [
     "ServerUnavailable",
     "ClientTimeout",
     "ClientClosed",
+    # lock recipes (docs/recipes.md)
+    "recipes",
+    "Mutex",
+    "ReadWriteLock",
+    "LockSet",
+    "MultiLock",
+    "Semaphore",
+    "TimeWindowLock",
+    "StateLock",
+    "AsyncMutex",
+    "AsyncReadWriteLock",
+    "AsyncLockSet",
+    "AsyncMultiLock",
+    "AsyncSemaphore",
+    "AsyncTimeWindowLock",
+    "AsyncStateLock",
+    "set_permits",
+    "clear_permits",
+    "get_permits",
+    "LockLostError",
+    "NotAcquired",
+    "UnknownStamp",
     # transaction tree
     "Assert",
     "Abort",
@@ -90,4 +135,6 @@ __all__ = [
     "Exists",
     "SetVar",
     "DeleteVar",
+    "CountBelow",
+    "Waiting",
 ]

@@ -1,0 +1,86 @@
+"""Lock recipes: every lock kind of the seed documents, each acquired and released in one
+atomic transaction, with a sync face (over :class:`~client.Session`) and a trio face (over
+:class:`~client.AsyncSession`). See docs/recipes.md."""
+
+from ._async import AsyncLock as AsyncLock
+from ._async import AsyncLockSet as AsyncLockSet
+from ._async import AsyncMultiLock as AsyncMultiLock
+from ._async import AsyncMutex as AsyncMutex
+from ._async import AsyncReadLock as AsyncReadLock
+from ._async import AsyncReadWriteLock as AsyncReadWriteLock
+from ._async import AsyncSemaphore as AsyncSemaphore
+from ._async import AsyncStateLock as AsyncStateLock
+from ._async import AsyncTimeWindowLock as AsyncTimeWindowLock
+from ._async import AsyncWriteLock as AsyncWriteLock
+from ._base import LockLostError as LockLostError
+from ._base import NotAcquired as NotAcquired
+from ._base import UnknownStamp as UnknownStamp
+from ._kinds import CLAIM_TABLE as CLAIM_TABLE
+from ._kinds import DONE as DONE
+from ._kinds import FAILED as FAILED
+from ._kinds import IN_PROGRESS as IN_PROGRESS
+from ._kinds import MUTEX_TABLE as MUTEX_TABLE
+from ._kinds import PERMITS_TABLES as PERMITS_TABLES
+from ._kinds import READ_TABLE as READ_TABLE
+from ._kinds import SEMAPHORE_TABLE as SEMAPHORE_TABLE
+from ._kinds import STATE_TABLE as STATE_TABLE
+from ._kinds import WINDOW_TABLE as WINDOW_TABLE
+from ._kinds import WRITE_TABLE as WRITE_TABLE
+from ._permits import clear_permits as clear_permits
+from ._permits import get_permits as get_permits
+from ._permits import set_permits as set_permits
+from ._sync import LockSet as LockSet
+from ._sync import MultiLock as MultiLock
+from ._sync import Mutex as Mutex
+from ._sync import ReadLock as ReadLock
+from ._sync import ReadWriteLock as ReadWriteLock
+from ._sync import Semaphore as Semaphore
+from ._sync import StateLock as StateLock
+from ._sync import SyncLock as SyncLock
+from ._sync import TimeWindowLock as TimeWindowLock
+from ._sync import WriteLock as WriteLock
+
+__all__ = [
+    # sync face
+    "Mutex",
+    "ReadWriteLock",
+    "ReadLock",
+    "WriteLock",
+    "LockSet",
+    "MultiLock",
+    "Semaphore",
+    "TimeWindowLock",
+    "StateLock",
+    "SyncLock",
+    # trio face
+    "AsyncMutex",
+    "AsyncReadWriteLock",
+    "AsyncReadLock",
+    "AsyncWriteLock",
+    "AsyncLockSet",
+    "AsyncMultiLock",
+    "AsyncSemaphore",
+    "AsyncTimeWindowLock",
+    "AsyncStateLock",
+    "AsyncLock",
+    # permits (both faces)
+    "set_permits",
+    "clear_permits",
+    "get_permits",
+    # errors
+    "LockLostError",
+    "NotAcquired",
+    "UnknownStamp",
+    # task states and tables
+    "DONE",
+    "FAILED",
+    "IN_PROGRESS",
+    "MUTEX_TABLE",
+    "READ_TABLE",
+    "WRITE_TABLE",
+    "PERMITS_TABLES",
+    "SEMAPHORE_TABLE",
+    "WINDOW_TABLE",
+    "CLAIM_TABLE",
+    "STATE_TABLE",
+]

@@ -1,0 +1,544 @@
+"""The face-independent half of every lock recipe: grant state, lost tracking, timing.
+
+Why: a recipe is "one transaction to acquire, one to release" plus bookkeeping that both faces
+must get exactly right: which ticket the grant carries, which fence it was granted at, when a
+``LockLost`` event is about *this* grant, how long the grant is guaranteed to last, and the
+``threading.Lock`` rules of ``acquire(blocking, timeout)``. All of that lives here, free of
+I/O (time is passed in as ``now``); the sync and trio faces (``_sync`` / ``_async``) add only
+the calls and their way of signalling a loss. Each recipe kind (``_kinds``) adds the
+statements it sends.
+
+Rules kept:
+- One lock object is **one holder**: ``acquire`` while it holds (or is acquiring) is misuse
+  (RuntimeError), as with a non-reentrant lock. Share the lock's *name*, not the object.
+- Every acquire uses a fresh random ticket (uuid4 hex) as the value of the entries it writes,
+  and every release deletes only entries carrying that ticket. A stale cleanup can therefore
+  never remove a later grant, and nobody can release someone else's lock.
+- A ``LockLost`` event is about this grant when it names one of the grant's variables **at
+  the grant's fence**. The lost listener is registered *before* the acquire is sent and
+  buffers events while the reply is in flight: the event of a very short grant may be
+  dispatched before the acquiring caller has even seen its reply.
+- Validity: ``local send time + (valid_until - uptime of the reply)`` (and the same with an
+  entry's ``expires_at``) is a conservative local deadline; no wall clocks are compared.
+- Blocking acquires never poll: each attempt asks the server to park the transaction
+  (``wait``) up to its ``max_wait``; only an attempt that ran out of server wait is re-sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Generic, TypeVar
+
+from client._core import SessionState
+from client._errors import LockClientError
+from client._result import Result
+from protocol import (
+    Abort,
+    Assert,
+    Cause,
+    DeleteVar,
+    Exists,
+    LockLost,
+    LostReason,
+    SelectOperatorValue,
+    Statement,
+)
+
+__all__ = [
+    "CLEANUP_TIMEOUT",
+    "DEFAULT_MAX_WAIT",
+    "AcquirePlan",
+    "LockCore",
+    "LockLostError",
+    "NotAcquired",
+    "OnLost",
+    "UnknownStamp",
+    "check_name",
+    "max_wait_of",
+    "seconds",
+]
+
+log = logging.getLogger("client.recipes")
+
+#: The wait asked of a server whose Welcome does not say its ``max_wait``.
+DEFAULT_MAX_WAIT = 300.0
+#: Bound on the shielded cleanup after a cancelled or failed acquire, and on releases at exit.
+CLEANUP_TIMEOUT = 10.0
+
+OnLost = Callable[[LockLost], object]
+S = TypeVar("S", bound=SessionState)
+
+
+class LockLostError(LockClientError):
+    """The lock was lost while held: its session expired or was ended, or its entry's time to
+    live ran out. ``event`` is the server's ``LockLost`` notice (None when the loss was found
+    by a call rather than announced). Named ``LockLostError`` because ``client.LockLost`` is
+    the event itself."""
+
+    def __init__(self, lock: object, event: LockLost | None) -> None:
+        why = "no longer held on the server" if event is None else f"lost ({event.reason.value})"
+        super().__init__(f"{lock!r} was {why}")
+        self.lock = lock
+        self.event = event
+
+
+class NotAcquired(LockClientError):
+    """``with lock:`` / ``async with lock:`` could not acquire the lock (e.g. the server
+    refused the reliability contract). ``result`` is the last reply, for its ``cause``."""
+
+    def __init__(self, lock: object, result: Result | None) -> None:
+        detail = "" if result is None else f": {result!r}"
+        super().__init__(f"{lock!r} was not acquired{detail}")
+        self.lock = lock
+        self.result = result
+
+
+class UnknownStamp(LockClientError):
+    """``release_locks(stamp)`` with a stamp that this MultiLock did not hand out (or has
+    already released)."""
+
+
+def check_name(what: str, value: object) -> str:
+    """A non-blank str, else TypeError/ValueError naming ``what``."""
+    if type(value) is not str:
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{what} must not be blank")
+    return value
+
+
+def seconds(what: str, value: object, *, positive: bool = False) -> float:
+    """A finite number of seconds (>= 0, or > 0 when ``positive``), else ValueError."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+    ):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{what} must be a finite number of seconds {bound}, got {value!r}")
+    return float(value)
+
+
+class AcquirePlan:
+    """One ``acquire`` call: its statements and how long it may keep asking the server."""
+
+    __slots__ = ("blocking", "deadline", "statements", "ticket")
+
+    def __init__(
+        self, ticket: str, statements: list[Statement], blocking: bool, deadline: float | None
+    ) -> None:
+        self.ticket = ticket
+        self.statements = statements
+        self.blocking = blocking
+        self.deadline = deadline  # local time; None: until granted
+
+    def wait(self, now: float, max_wait: float) -> float | None:
+        """The ``wait`` of the next attempt (None: answer at once)."""
+        if not self.blocking:
+            return None
+        if self.deadline is None:
+            return max_wait
+        return min(max_wait, max(0.0, self.deadline - now))
+
+
+class LockCore(Generic[S]):
+    """State shared by every recipe. Subclasses (the kinds) say what to send; the faces send.
+
+    Public read-only state: ``namespace``, ``name``, ``held``, ``fence``, ``ticket``,
+    ``lost``, ``lost_event_info``, ``last_result``; ``valid_for()``; ``on_lost`` (settable).
+    """
+
+    #: Shown in repr and messages.
+    KIND: ClassVar[str] = "lock"
+    #: Whether the expiry of an entry's own time to live is a loss (False for time windows,
+    #: whose entries end with their window by design).
+    TTL_IS_LOSS: ClassVar[bool] = True
+    #: Whether leaving ``with lock:`` releases it (False for time windows).
+    RELEASE_ON_EXIT: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        session: S,
+        namespace: str,
+        name: str,
+        *,
+        on_lost: OnLost | None = None,
+        min_uptime: float = 0.0,
+        min_trust: float = 0.0,
+        description: str = "",
+    ) -> None:
+        if not isinstance(session, SessionState):
+            raise TypeError(f"session must be a client session, got {type(session).__name__}")
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError(f"on_lost must be callable, got {type(on_lost).__name__}")
+        if type(description) is not str:
+            raise TypeError(f"description must be a str, got {type(description).__name__}")
+        self._session = session
+        self.namespace = check_name("namespace", namespace)
+        self.name = check_name("name", name)
+        self.on_lost: OnLost | None = on_lost
+        self.min_uptime = seconds("min_uptime", min_uptime)
+        if type(min_trust) not in (int, float) or not 0.0 <= min_trust <= 1.0:
+            raise ValueError(f"min_trust must be a number in 0..1, got {min_trust!r}")
+        self.min_trust = float(min_trust)
+        self.description = description
+        # Guards the grant state: the sync face's lost listener runs in whichever thread reads.
+        self._mu = threading.Lock()
+        self._ticket: str | None = None  # of the grant, or of the acquire in flight
+        self._fixed_ticket: str | None = None  # a caller-chosen ticket (Mutex(ticket=...))
+        self._fence: int | None = None  # of the grant; None when not held
+        self._acquiring = False
+        self._listening = False
+        self._early: deque[LockLost] = deque(maxlen=64)  # events seen while acquiring
+        self._lost_info: LockLost | None = None
+        self._lost = False
+        # Local times until which the grant is safe: the session's part (moved by refresh())
+        # and the entries' own expiry (TTL, time window), when they have one.
+        self._session_deadline: float | None = None
+        self._entry_deadline: float | None = None
+        self.last_result: Result | None = None
+        self._new_grant()
+
+    # --- what the kinds provide -------------------------------------------------------------
+
+    def _variables(self) -> Sequence[tuple[str, str]]:
+        """(table, var) of every entry a grant writes."""
+        raise NotImplementedError
+
+    def _acquire_statements(self, ticket: str) -> list[Statement]:
+        raise NotImplementedError
+
+    def _release_statements(self, ticket: str) -> list[Statement]:
+        """Default: delete every entry carrying the ticket, telling which were there."""
+        return [
+            SelectOperatorValue("released", DeleteVar(table, var, ticket))
+            for table, var in self._variables()
+        ]
+
+    def _was_released(self, result: Result) -> bool:
+        """Default: every entry was still there (and is now gone)."""
+        values = result.all("released")
+        return result.ok and bool(values) and all(v is True for v in values)
+
+    def _on_grant(self, result: Result) -> float | None:
+        """Read kind-specific data of a grant; return the entries' ``expires_at`` (server
+        uptime) when they expire by themselves, else None."""
+        return None
+
+    def _on_release(self) -> None:
+        """Forget kind-specific grant data."""
+
+    def _prepare_exit(self, failed: bool) -> None:
+        """Called before the release at the end of a ``with`` block (``failed``: the block
+        raised). The task claim picks its final state here."""
+
+    # --- public state -------------------------------------------------------------------------
+
+    @property
+    def session(self) -> S:
+        """The session that holds the lock."""
+        return self._session
+
+    @property
+    def held(self) -> bool:
+        """True while this object holds a grant (even if it has been lost meanwhile: see
+        ``lost``). Local knowledge, no call."""
+        return self._fence is not None
+
+    @property
+    def fence(self) -> int | None:
+        """The fencing token of the current grant (the revision it committed at), None when
+        not held. Pass it to the resource you protect."""
+        return self._fence
+
+    @property
+    def ticket(self) -> str | None:
+        """The random value stored in this grant's entries (None when not held)."""
+        return self._ticket if self._fence is not None else None
+
+    @property
+    def lost(self) -> bool:
+        """True when the last grant was lost (reset by the next successful acquire)."""
+        return self._lost
+
+    @property
+    def lost_event_info(self) -> LockLost | None:
+        """The server's LockLost notice for the last grant, if one arrived."""
+        return self._lost_info
+
+    def _valid_for(self, now: float) -> float:
+        with self._mu:
+            if self._fence is None or self._lost:
+                return 0.0
+            bounds = [d for d in (self._session_deadline, self._entry_deadline) if d is not None]
+            return max(0.0, min(bounds) - now) if bounds else 0.0
+
+    def __repr__(self) -> str:
+        state = (
+            "lost"
+            if self._lost and self._fence is not None
+            else ("held" if self._fence is not None else "free")
+        )
+        return f"<{type(self).__name__} {self.namespace}/{self.name} {state}>"
+
+    # --- acquiring ----------------------------------------------------------------------------
+
+    def _start_acquire(self, blocking: bool, timeout: float | None, now: float) -> AcquirePlan:
+        """Validate the arguments, take a fresh ticket, start listening. Raises
+        LockLostError (and forgets the grant) when a lost grant is still held, RuntimeError
+        when a live one is."""
+        if type(blocking) is not bool:
+            raise TypeError(f"blocking must be a bool, got {type(blocking).__name__}")
+        if timeout is not None and timeout != -1:
+            timeout = seconds("timeout", timeout)
+            if not blocking:
+                raise ValueError("can't specify a timeout for a non-blocking call")
+        else:
+            timeout = None
+        lost_info: LockLost | None = None
+        with self._mu:
+            if (
+                self._fence is not None
+                and not self.RELEASE_ON_EXIT
+                and self._entry_deadline is not None
+                and self._entry_deadline <= now
+            ):
+                self._clear_grant()  # a time window that has ended: nothing left to hold
+            if self._fence is not None and self._lost:
+                lost_info = self._lost_info
+                self._clear_grant()
+                stale = True
+            else:
+                stale = False
+                if self._fence is not None or self._acquiring:
+                    raise RuntimeError(
+                        f"{self!r} is already held (or being acquired) by this object: one lock "
+                        "object is one holder; release it first, or make one object per holder"
+                    )
+                self._acquiring = True
+                ticket = self._fixed_ticket or uuid.uuid4().hex
+                self._ticket = ticket
+                self._early.clear()
+        if stale:
+            self._unlisten()
+            raise LockLostError(self, lost_info)
+        self._listen()
+        deadline = None if timeout is None else now + timeout
+        return AcquirePlan(ticket, self._acquire_statements(ticket), blocking, deadline)
+
+    def _attempt_done(
+        self, plan: AcquirePlan, result: Result, sent_at: float, now: float
+    ) -> bool | None:
+        """Digest one attempt: True (granted), False (given up), None (ask again)."""
+        self.last_result = result
+        if result.ok:
+            expires_at = self._on_grant(result)
+            with self._mu:
+                self._acquiring = False
+                self._fence = result.fence
+                self._lost = False
+                self._lost_info = None
+                self._session_deadline = _deadline(result, sent_at, result.valid_until)
+                self._entry_deadline = _deadline(result, sent_at, expires_at)
+                self._new_grant()
+                early = [ev for ev in self._early if self._matches(ev, result.fence)]
+                self._early.clear()
+            if early:
+                self._mark_lost(early[0])
+            return True
+        if (
+            plan.blocking
+            and result.cause is Cause.STATEMENT
+            and (plan.deadline is None or now < plan.deadline)
+        ):
+            return None
+        self._abandon_acquire()
+        return False
+
+    def _abandon_acquire(self) -> None:
+        """The acquire ended without a grant (refused, timed out, failed, cancelled)."""
+        with self._mu:
+            if not self._acquiring:
+                return
+            self._acquiring = False
+            self._ticket = None
+            self._early.clear()
+        self._unlisten()
+
+    def _cleanup_statements(self, ticket: str) -> list[Statement]:
+        """After an acquire whose outcome is unknown (cancelled, timed out, connection lost):
+        remove whatever it may have been granted. Harmless when nothing was."""
+        return self._release_statements(ticket)
+
+    def _probe_statements(self) -> list[Statement]:
+        """``locked()``: the acquire statements followed by an Abort, so nothing is kept. It
+        fails at the final Abort exactly when an acquire would succeed now."""
+        return [*self._acquire_statements(uuid.uuid4().hex), Abort()]
+
+    def _probe_locked(self, result: Result, statements: list[Statement]) -> bool:
+        return result.failed_statement != f"{len(statements) - 1}:/AbortOp/"
+
+    # --- releasing ----------------------------------------------------------------------------
+
+    def _start_release(self) -> list[Statement] | None:
+        """The release statements, or None when there is nothing to release (not held and
+        no caller-chosen ticket)."""
+        with self._mu:
+            ticket = self._ticket if self._fence is not None else self._fixed_ticket
+            if ticket is None or self._acquiring:
+                return None
+        return self._release_statements(ticket)
+
+    def _release_done(self, result: Result | None) -> bool:
+        """Digest a release reply (None: it could not be sent). Raises LockLostError when the
+        grant had been lost (announced, or found gone by the release itself)."""
+        if result is not None:
+            self.last_result = result
+        with self._mu:
+            was_held = self._fence is not None
+            lost = self._lost
+            info = self._lost_info
+            released = result is not None and self._was_released(result)
+            if was_held and not released and not lost and result is not None:
+                lost = self._lost = True  # gone without a notice reaching us (yet)
+            self._clear_grant()
+        self._unlisten()
+        self._on_release()
+        if was_held and lost:
+            raise LockLostError(self, info)
+        return released
+
+    def _forget(self) -> None:
+        """Drop the grant locally without a call (a time window kept until it ends)."""
+        with self._mu:
+            self._clear_grant()
+        self._unlisten()
+        self._on_release()
+
+    def _clear_grant(self) -> None:
+        self._fence = None
+        self._ticket = None
+        self._session_deadline = None
+        self._entry_deadline = None
+
+    # --- checking -----------------------------------------------------------------------------
+
+    def _check(self) -> None:
+        with self._mu:
+            lost = self._fence is not None and self._lost
+            info = self._lost_info
+        if lost:
+            raise LockLostError(self, info)
+
+    def _refresh_statements(self) -> list[Statement] | None:
+        with self._mu:
+            ticket = self._ticket if self._fence is not None else None
+        if ticket is None:
+            return None
+        return [
+            Assert(Exists(table, var, ticket, ignore_this_session=False))
+            for table, var in self._variables()
+        ]
+
+    def _refresh_done(self, result: Result, sent_at: float) -> None:
+        self.last_result = result
+        if result.ok:
+            with self._mu:
+                if self._fence is not None:
+                    self._session_deadline = _deadline(result, sent_at, result.valid_until)
+        elif result.cause is Cause.STATEMENT:
+            with self._mu:
+                newly = self._fence is not None and not self._lost
+                if newly:
+                    self._lost = True
+            if newly:
+                self._signal_lost()
+        self._check()
+
+    # --- lost events --------------------------------------------------------------------------
+
+    def _listen(self) -> None:
+        with self._mu:
+            if self._listening:
+                return
+            self._listening = True
+        self._session.add_lost_listener(self._on_event)
+
+    def _unlisten(self) -> None:
+        with self._mu:
+            if not self._listening or self._acquiring or self._fence is not None:
+                return
+            self._listening = False
+        with contextlib.suppress(ValueError):  # removed twice: harmless
+            self._session.remove_lost_listener(self._on_event)
+
+    def _matches(self, event: LockLost, fence: int) -> bool:
+        if event.reason is LostReason.TTL and not self.TTL_IS_LOSS:
+            return False
+        variables = self._variables()
+        ns = self.namespace
+        return any(
+            e_ns == ns and e_fence == fence and (e_table, e_var) in variables
+            for e_ns, e_table, e_var, e_fence in event.entries
+        )
+
+    def _on_event(self, event: LockLost) -> None:
+        """The session's lost listener (reader thread / reader task): quick, no calls."""
+        with self._mu:
+            fence = self._fence
+            if fence is None:
+                if self._acquiring:
+                    self._early.append(event)
+                return
+            if self._lost or not self._matches(event, fence):
+                return
+        self._mark_lost(event)
+
+    def _mark_lost(self, event: LockLost) -> None:
+        with self._mu:
+            if self._lost:
+                return
+            self._lost = True
+            self._lost_info = event
+        self._signal_lost()
+        callback = self.on_lost
+        if callback is not None:
+            try:
+                callback(event)
+            except Exception:
+                log.exception("on_lost callback %r of %r raised", callback, self)
+
+    # --- what the faces provide ---------------------------------------------------------------
+
+    def _new_grant(self) -> None:
+        """A new grant (called under ``_mu``): reset the face's lost signal."""
+        raise NotImplementedError
+
+    def _signal_lost(self) -> None:
+        """The grant is lost: set the face's event, cancel what it protects."""
+        raise NotImplementedError
+
+
+def max_wait_of(limits: Mapping[str, Any]) -> float:
+    """The longest ``wait`` the server accepts, from its Welcome limits."""
+    value = limits.get("max_wait")
+    try:
+        return seconds("max_wait", value, positive=True)
+    except ValueError:
+        return DEFAULT_MAX_WAIT
+
+
+def _deadline(result: Result, sent_at: float, until: float | None) -> float | None:
+    """Local time before which ``until`` (a server uptime) cannot have passed: the reply was
+    produced after the request was sent, so ``sent_at + (until - uptime)`` is early."""
+    if until is None:
+        return None
+    return sent_at + (until - result.server_uptime)
