@@ -20,6 +20,9 @@ Theory of operation:
   ``wait_writable`` (connected through ``trio.open_tcp_stream``, then detached). Measured
   against ``trio.SocketStream`` with a send lock (benchmarks/client_rtt.py, report of issue #3):
   the synchronous write saves a lock and two scheduler round trips per request.
+- TLS (``ssl_context=``): the same socket wrapped by ``ssl_context.wrap_socket`` in
+  non-blocking mode, the handshake driven by the same readiness waits; the loops below only
+  add TLS's own "try again" exceptions to the plain ones, so the plain path is unchanged.
 - Keepalive: one task per used session in the client's nursery, pinging every max_age/3 of
   idleness. Reconnect, retry and error rules are the core's (see ``_core``).
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import ssl
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from types import TracebackType
@@ -63,6 +67,9 @@ log = logging.getLogger("client")
 _RECV_SIZE = 256 * 1024
 _READS_PER_CHECKPOINT = 16  # a flooding server must not starve the other tasks
 _CLEANUP_TIMEOUT = 10.0  # bound on ending a session from a cancelled or failing block
+# "Try again later" of a non-blocking socket, plain or TLS (an SSLSocket raises its own kinds).
+_WOULD_BLOCK_READ = (BlockingIOError, ssl.SSLWantReadError)
+_WOULD_BLOCK_WRITE = (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError)
 
 
 class _Slot:
@@ -95,8 +102,13 @@ async def open_lock_client(
     client_name: str = "python-trio",
     connect_timeout: float = 10.0,
     token: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[AsyncLockClient]:
     """Connect to a lock server; the client is closed when the block exits.
+
+    ``token``: the shared secret the server asks for (docs/security.md). ``ssl_context``:
+    speak TLS, verifying the server with it (e.g. ``ssl.create_default_context(cafile=...)``;
+    the server name checked is ``host``).
 
     Raises :class:`ServerUnavailable` when no connection can be made. Calls have no timeout
     of their own (a waiting Execute may be answered much later): bound them with trio's cancel
@@ -111,6 +123,7 @@ async def open_lock_client(
             client_name=client_name,
             connect_timeout=connect_timeout,
             token=token,
+            ssl_context=ssl_context,
         )
         try:
             await client._reconnect()
@@ -137,6 +150,7 @@ class AsyncLockClient:
         client_name: str,
         connect_timeout: float,
         token: str | None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if (
             type(connect_timeout) not in (int, float)
@@ -149,6 +163,7 @@ class AsyncLockClient:
         self.host = host
         self.port = port
         self.connect_timeout = float(connect_timeout)
+        self.ssl_context = ssl_context
         self._nursery = nursery
         self._core = ClientCore(client_name, token)
         self._conn: _Connection | None = None
@@ -284,7 +299,7 @@ class AsyncLockClient:
             return
         try:
             sent = conn.sock.send(data)
-        except BlockingIOError:
+        except _WOULD_BLOCK_WRITE:
             sent = 0
         except OSError as exc:
             self._break(conn, f"sending failed: {exc}")
@@ -300,7 +315,7 @@ class AsyncLockClient:
                 await trio.lowlevel.wait_writable(sock)
                 try:
                     sent = sock.send(conn.outbuf)
-                except BlockingIOError:
+                except _WOULD_BLOCK_WRITE:
                     continue
                 del conn.outbuf[:sent]
         except trio.ClosedResourceError:
@@ -319,8 +334,11 @@ class AsyncLockClient:
             while True:
                 try:
                     data = sock.recv(_RECV_SIZE)
-                except BlockingIOError:
+                except _WOULD_BLOCK_READ:
                     await trio.lowlevel.wait_readable(sock)
+                    continue
+                except ssl.SSLWantWriteError:  # TLS only: a record must go out first
+                    await trio.lowlevel.wait_writable(sock)
                     continue
                 if not data:
                     break
@@ -375,6 +393,8 @@ class AsyncLockClient:
         # trio.SocketStream has already set TCP_NODELAY.
         sock = socket.socket(fileno=stream.socket.detach())
         sock.setblocking(False)
+        if self.ssl_context is not None:
+            sock = await self._tls_handshake(sock, self.ssl_context)
         conn = _Connection(sock, Wire(self._core))
         self._nursery.start_soon(self._reader, conn)
         rid, data = self._core.hello()
@@ -389,6 +409,31 @@ class AsyncLockClient:
             raise
         self._core.handshake_done(welcome)
         return conn
+
+    async def _tls_handshake(self, sock: socket.socket, context: ssl.SSLContext) -> ssl.SSLSocket:
+        """Wrap ``sock`` in TLS and shake hands (within ``connect_timeout``)."""
+        tls: ssl.SSLSocket | None = None
+        try:
+            tls = context.wrap_socket(
+                sock, server_hostname=self.host, do_handshake_on_connect=False
+            )
+            with trio.fail_after(self.connect_timeout):
+                while True:
+                    try:
+                        tls.do_handshake()
+                        return tls
+                    except ssl.SSLWantReadError:
+                        await trio.lowlevel.wait_readable(tls)
+                    except ssl.SSLWantWriteError:
+                        await trio.lowlevel.wait_writable(tls)
+        except (OSError, ValueError, trio.TooSlowError) as exc:
+            (tls or sock).close()
+            raise ServerUnavailable(
+                f"TLS handshake with {self.host}:{self.port} failed: {exc or 'timed out'}"
+            ) from exc
+        except BaseException:
+            (tls or sock).close()
+            raise
 
     def _break(self, conn: _Connection, reason: str) -> None:
         if conn.broken is not None:

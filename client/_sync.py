@@ -32,6 +32,7 @@ import logging
 import math
 import select
 import socket
+import ssl
 import threading
 from collections.abc import Iterable
 from time import monotonic
@@ -80,6 +81,8 @@ def _alive(sock: socket.socket) -> bool:
         readable, _, _ = select.select([sock], [], [], 0)
         if not readable:
             return True
+        if isinstance(sock, ssl.SSLSocket):
+            return True  # no peeking through TLS: the next read notices a closed connection
         return bool(sock.recv(1, socket.MSG_PEEK))  # readable: returns at once
     except TimeoutError:  # pragma: no cover - only if someone else read meanwhile
         return True
@@ -107,7 +110,9 @@ class LockClient:
     ``timeout`` bounds each call (extended by the ``wait`` of an Execute); ``connect_timeout``
     bounds connecting and the handshake. The connection is made at construction (raises
     :class:`ServerUnavailable` when it cannot be) and re-made transparently by the next call
-    after it drops. Use as a context manager or call :meth:`close`.
+    after it drops. Use as a context manager or call :meth:`close`. ``token``: the shared
+    secret the server asks for; ``ssl_context``: speak TLS, verifying the server with it (the
+    name checked is ``host``); see docs/security.md.
     """
 
     def __init__(
@@ -119,11 +124,13 @@ class LockClient:
         client_name: str = "python-sync",
         connect_timeout: float = 5.0,
         token: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.timeout = _positive("timeout", timeout)
         self.connect_timeout = _positive("connect_timeout", connect_timeout)
+        self.ssl_context = ssl_context
         self._core = ClientCore(client_name, token)
         self._cond = threading.Condition(threading.Lock())
         self._send_lock = threading.Lock()
@@ -422,6 +429,8 @@ class LockClient:
             raise ServerUnavailable(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.ssl_context is not None:  # the handshake runs here, within the timeout
+                sock = self.ssl_context.wrap_socket(sock, server_hostname=self.host)
             conn = _Connection(sock, Wire(self._core))
             rid, data = self._core.hello()
             conn.wire.register(rid, HELLO, rid)

@@ -91,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     _tune_gc()
     try:
         trio.run(_run, config)
-    except (OSError, KeyboardInterrupt, BaseExceptionGroup) as exc:
+    except (ConfigError, OSError, KeyboardInterrupt, BaseExceptionGroup) as exc:
+        config_error = _find(exc, ConfigError)
+        if config_error is not None:  # e.g. unreadable TLS files, found when serving starts
+            print(f"lockserver: error: {config_error}", file=sys.stderr, flush=True)
+            return 2
         os_error = _find(exc, OSError)
         if os_error is not None:
             print(

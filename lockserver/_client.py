@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Final
 
@@ -51,12 +52,18 @@ import trio
 
 from protocol import Connection, ErrorCode
 
-__all__ = ["Client", "linger", "CLOSE_GRACE"]
+from ._auth import ANONYMOUS, Principal
+
+__all__ = ["Client", "linger", "CLOSE_GRACE", "WOULD_BLOCK_READ", "WOULD_BLOCK_WRITE"]
 
 log = logging.getLogger("lockserver")
 
 #: Bound on draining + lingering for one connection the server closes on purpose.
 CLOSE_GRACE: Final = 0.5
+#: "Try again later" from a non-blocking plain socket or TLS socket (an ``ssl.SSLSocket``
+#: raises its own kinds). Catching a tuple costs nothing until something is raised.
+WOULD_BLOCK_READ: Final = (BlockingIOError, ssl.SSLWantReadError)
+WOULD_BLOCK_WRITE: Final = (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError)
 
 
 class Client:
@@ -81,6 +88,7 @@ class Client:
         "on_slow",
         "opened_at",
         "outbox",
+        "principal",
         "proto",
         "read_scope",
         "send_timeout",
@@ -114,6 +122,7 @@ class Client:
         self.sessions: set[str] = set()  # ids of the sessions this connection executed in
         self.greeted = False
         self.client_name = ""
+        self.principal: Principal = ANONYMOUS  # set by a hello with a valid token
         self.opened_at = now
         self.last_recv = now
         self.blocked = False  # a writer task owns sending until the outbox is empty
@@ -149,7 +158,7 @@ class Client:
             return
         try:
             n = self.sock.send(out)
-        except BlockingIOError:
+        except WOULD_BLOCK_WRITE:
             n = 0
         except OSError as exc:
             self.kill(f"send failed: {exc}")
@@ -176,7 +185,7 @@ class Client:
                     return
                 try:
                     n = self.sock.send(self.outbox)
-                except BlockingIOError:
+                except WOULD_BLOCK_WRITE:
                     continue
                 except OSError as exc:
                     self.kill(f"send failed: {exc}")
@@ -241,7 +250,7 @@ async def linger(sock: socket.socket, buffer: bytearray) -> None:
     while True:
         try:
             n = sock.recv_into(buffer)
-        except BlockingIOError:
+        except WOULD_BLOCK_READ:
             await trio.lowlevel.wait_readable(sock)
             continue
         except OSError:

@@ -35,6 +35,7 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
+from ._auth import SecurityConfigError, TokenSpec, check_tokens, parse_tokens_text, tokens_from_toml
 from ._trust import TrustSettings
 
 __all__ = [
@@ -116,6 +117,24 @@ def _trust_settings(inst: object, attribute: attrs.Attribute[Any], value: Any) -
         raise ValueError(f"{attribute.name} must be a TrustSettings, got {value!r}")
 
 
+def _path(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    # Only the type: the file is read when the server starts (serve), so a config can be
+    # built on a machine without the files.
+    if type(value) is not str or value != value.strip():
+        raise ValueError(f"{attribute.name} must be a file path (or empty), got {value!r}")
+
+
+def _tokens(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    try:
+        check_tokens(value)
+    except SecurityConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _to_tokens(value: Any) -> Any:
+    return tuple(value) if type(value) is list else value
+
+
 def _to_float(value: Any) -> Any:
     """Accept whole numbers for seconds; leave anything else for the validator to refuse."""
     return float(value) if type(value) is int else value
@@ -189,13 +208,28 @@ class ServerConfig:
     log_level: str = attrs.field(default="INFO", converter=_to_upper, validator=_log_level)
     #: One JSON object per log line instead of the human format.
     log_json: bool = attrs.field(default=False, validator=_bool)
+    #: Shared-secret tokens (docs/security.md); empty: no authentication, every client may do
+    #: everything. Secrets never appear in the repr or in logs.
+    tokens: tuple[TokenSpec, ...] = attrs.field(default=(), converter=_to_tokens, validator=_tokens)
+    #: PEM certificate chain of the server; empty: plain TCP (no TLS).
+    tls_cert: str = attrs.field(default="", validator=_path)
+    #: PEM private key of ``tls_cert``; empty: the key is in the ``tls_cert`` file.
+    tls_key: str = attrs.field(default="", validator=_path)
+    #: PEM CA bundle; set: every client must present a certificate signed by it.
+    tls_client_ca: str = attrs.field(default="", validator=_path)
     #: Constants of the trust monitor (docs/trust.md).
     trust: TrustSettings = attrs.field(factory=TrustSettings, validator=_trust_settings)
 
 
 # --- the loader -------------------------------------------------------------------------------
 
-_KIND_NAMES: Final = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+_KIND_NAMES: Final = {
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bool: "true or false",
+    tuple: "NAME:SECRET entries",
+}
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off"})
 
@@ -266,6 +300,10 @@ def _parse_text(setting: _Setting, text: str) -> Any:
             return int(stripped)
         if kind is float:
             return float(stripped)
+        if kind is tuple:  # the tokens, the only list-valued setting
+            return parse_tokens_text(text)
+    except SecurityConfigError:
+        raise
     except ValueError:
         raise ValueError(f"{setting.name} must be {_KIND_NAMES[kind]}, got {text!r}") from None
     return text
@@ -274,6 +312,8 @@ def _parse_text(setting: _Setting, text: str) -> Any:
 def _check_typed(setting: _Setting, value: Any) -> Any:
     """Check a TOML value's type by the setting's kind (TOML is typed already)."""
     kind = setting.kind
+    if kind is tuple:  # [[tokens]]
+        return tokens_from_toml(value)
     if not (type(value) is kind or (kind is float and type(value) is int)):
         raise ValueError(f"{setting.name} must be {_KIND_NAMES[kind]}, got {value!r}")
     return value
@@ -312,7 +352,15 @@ def _argument_parser() -> _Parser:
         default: Any = s.field.default
         if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
             default = default.factory()
-        if s.kind is bool:
+        if s.kind is tuple:  # the tokens: never echo a default or a value
+            p.add_argument(
+                s.flag,
+                dest=s.name,
+                metavar="NAME:SECRET[,...]",
+                default=None,
+                help=f"(env {s.env}, default none: no authentication; prefer the env or file)",
+            )
+        elif s.kind is bool:
             p.add_argument(
                 s.flag,
                 dest=s.name,

@@ -44,6 +44,15 @@ ends or expires. After every batch of requests and every sweep, ``engine.drain_l
 routed through this map to the connections' outboxes. Sessions outlive connections: a client
 that reconnects can keep using its session id, and one connection may use many sessions.
 
+**Security** (issue #8, docs/security.md, ``_auth.py``). With tokens configured the hello
+must carry a valid one (else UNAUTHORIZED, closed) and sets the connection's principal; an
+Execute is checked against the principal's namespaces (FORBIDDEN) and the session's owner
+(``owners``: session id -> principal name, kept here so the engine stays pure; SESSION_CONFLICT),
+before the engine sees it. Without tokens all of it is one ``is None`` test per Execute. With
+TLS the accepted socket is wrapped in an ``ssl.SSLSocket`` (non-blocking, the handshake driven
+by the same readiness waits before the read loop); the loops only add TLS's "want read/write"
+exceptions to the plain ``BlockingIOError``, so the plain path costs the same.
+
 **Timers.** A sweeper sleeps until ``min(engine.next_deadline(), now + sweep_interval)``; a
 trust ticker wakes on every trust tick boundary; a reaper enforces the handshake and idle
 timeouts by scanning the connections (O(connections) once per second at most, which keeps the
@@ -64,6 +73,7 @@ import errno
 import logging
 import math
 import socket
+import ssl
 import time
 from typing import Any, Final
 
@@ -95,8 +105,9 @@ from protocol import (
     Welcome,
 )
 
-from ._client import CLOSE_GRACE, Client, linger
-from ._config import ServerConfig, server_version
+from ._auth import Authenticator, SecurityConfigError, server_ssl_context
+from ._client import CLOSE_GRACE, WOULD_BLOCK_READ, Client, linger
+from ._config import ConfigError, ServerConfig, server_version
 from ._trust import TrustMonitor
 from .engine import Engine, EngineError, EngineLimits, WaitLimits, WaitQueue
 
@@ -174,9 +185,13 @@ async def serve(
     ``running = await nursery.start(serve, config)`` gives the real port. Cancelling ``serve``
     closes everything at once; ``running.shutdown()`` closes gracefully and lets it return.
     """
+    try:
+        ssl_context = server_ssl_context(config.tls_cert, config.tls_key, config.tls_client_ca)
+    except SecurityConfigError as exc:
+        raise ConfigError(str(exc)) from None
     listeners = await trio.open_tcp_listeners(config.port, host=config.host)
     try:
-        shell = _Shell(config, listeners)
+        shell = _Shell(config, listeners, ssl_context)
         await shell.run(task_status)
     finally:
         for listener in listeners:
@@ -186,9 +201,21 @@ async def serve(
 class _Shell:
     """Everything ``serve`` runs: the engine, the connections, the timers."""
 
-    def __init__(self, config: ServerConfig, listeners: list[trio.SocketListener]) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        listeners: list[trio.SocketListener],
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         now = trio.current_time()
         self.config = config
+        self.ssl_context = ssl_context
+        # None: no tokens configured, every connection is ANONYMOUS and may do everything.
+        self.auth = Authenticator(config.tokens) if config.tokens else None
+        # Session id -> name of the principal that created it (only with auth). Entries of
+        # sessions the engine no longer has are dropped lazily (see _owner_conflict) and in
+        # bulk by the sweeper.
+        self.owners: dict[str, str] = {}
         self.started_at = now
         self.hostname = socket.gethostname()
         self.engine = Engine(
@@ -335,6 +362,15 @@ class _Shell:
                 continue
             self.next_id += 1
             self.connections_total += 1
+            if self.ssl_context is not None:
+                try:
+                    sock = self.ssl_context.wrap_socket(
+                        sock, server_side=True, do_handshake_on_connect=False
+                    )
+                except OSError as exc:
+                    log.debug("connection from %s: TLS setup failed: %s", peer, exc)
+                    sock.close()
+                    continue
             proto = Connection(Role.SERVER, max_frame=config.max_frame, limits=self.tree_limits)
             c = Client(
                 sock,
@@ -355,6 +391,9 @@ class _Shell:
             f"(max_connections={self.config.max_connections})"
         )
         data = self.encoder.send(ErrorReply(None, ErrorCode.TOO_MANY_CONNECTIONS, message))
+        if self.ssl_context is not None:  # a TLS client cannot read a plain frame: just close
+            sock.close()
+            return
         try:
             sock.send(data)  # a fresh socket's kernel buffer takes one small frame
             with trio.move_on_after(CLOSE_GRACE):
@@ -371,7 +410,8 @@ class _Shell:
             async with trio.open_nursery() as nursery:
                 c.nursery = nursery
                 with c.read_scope:
-                    await self._read_loop(c)
+                    if self.ssl_context is None or await self._tls_handshake(c):
+                        await self._read_loop(c)
                 last = b""
                 if c.stop_code is not None:
                     last = self.encoder.send(ErrorReply(None, c.stop_code, c.stop_message))
@@ -385,6 +425,23 @@ class _Shell:
             c.sock.close()
             log.debug("connection %s closed", c.name)
 
+    async def _tls_handshake(self, c: Client) -> bool:
+        """The TLS handshake of a new connection (bounded by the reaper's handshake timeout,
+        like the hello). False: it failed, the connection is dropped, others carry on."""
+        sock: Any = c.sock
+        while True:
+            try:
+                sock.do_handshake()
+                return True
+            except ssl.SSLWantReadError:
+                await trio.lowlevel.wait_readable(c.fd)
+            except ssl.SSLWantWriteError:
+                await trio.lowlevel.wait_writable(c.fd)
+            except OSError as exc:  # SSLError included: not TLS, bad certificate, reset
+                log.info("connection %s: TLS handshake failed: %s", c.name, exc)
+                c.dead = True
+                return False
+
     async def _read_loop(self, c: Client) -> None:
         sock = c.sock
         fd = c.fd
@@ -396,8 +453,11 @@ class _Shell:
         while True:
             try:
                 n = sock.recv_into(buf)
-            except BlockingIOError:
+            except WOULD_BLOCK_READ:  # BlockingIOError; for TLS also SSLWantReadError
                 await wait_readable(fd)
+                continue
+            except ssl.SSLWantWriteError:  # TLS only: a record must go out first
+                await trio.lowlevel.wait_writable(fd)
                 continue
             except OSError as exc:  # reset by the peer
                 log.debug("connection %s: receive failed: %s", c.name, exc)
@@ -474,7 +534,9 @@ class _Shell:
                     out += proto.send(ErrorReply(msg.request_id, exc.code, exc.message))
                 except Exception:
                     self.internal_errors += 1
-                    log.exception("connection %s: internal error serving %r", c.name, msg)
+                    # A hello's repr hides its token already; say "hello" anyway, to be sure.
+                    what = "hello" if type(msg) is Hello else repr(msg)
+                    log.exception("connection %s: internal error serving %s", c.name, what)
                     out += proto.send(
                         ErrorReply(
                             msg.request_id,
@@ -510,6 +572,10 @@ class _Shell:
                 f"execute: wait {wait:g} s exceeds the server's max_wait of "
                 f"{self.config.max_wait:g} s",
             )
+        if self.auth is not None:
+            refusal = self._authorize(c, msg)
+            if refusal is not None:
+                return refusal
         trust = self.trust
         trust.record_call(now)
         sid = session.session_id
@@ -523,6 +589,8 @@ class _Shell:
             # if the session exists now (a refused call may have created nothing).
             if sid not in c.sessions and sid in self.engine.sessions:
                 self._use(c, sid)
+            if self.auth is not None and sid not in self.owners and sid in self.engine.sessions:
+                self.owners[sid] = c.principal.name
         if len(answers) == 1 and answers[0][0] == (c, rid):
             return c.proto.send(Reply(rid, answers[0][1]))  # the common case, nothing parked
         own = bytearray()
@@ -569,9 +637,33 @@ class _Shell:
                     f"hello: protocol version {hello.version} is not supported, this "
                     f"server speaks version {PROTOCOL_VERSION}",
                 )
+            if self.auth is not None:
+                principal = self.auth.authenticate(hello.token)
+                if principal is None:
+                    # Never log or echo the presented token.
+                    log.info(
+                        "connection %s: authentication failed (%s token), closing",
+                        c.name,
+                        "no" if hello.token is None else "invalid",
+                    )
+                    c.closing = True
+                    return self._invalid(
+                        c,
+                        rid,
+                        ErrorCode.UNAUTHORIZED,
+                        "hello: a valid token is required"
+                        if hello.token is None
+                        else "hello: the token is not valid",
+                    )
+                c.principal = principal
             c.greeted = True
             c.client_name = hello.client_name
-            log.debug("connection %s: hello from %r", c.name, hello.client_name)
+            log.debug(
+                "connection %s: hello from %r (principal %r)",
+                c.name,
+                hello.client_name,
+                c.principal.name,
+            )
             return send(Reply(rid, self.welcome))
         if not c.greeted:
             return self._invalid(
@@ -583,6 +675,10 @@ class _Shell:
         if t is Ping:
             return send(Reply(rid, Pong(self.engine.uptime(now), self.trust.trust(now))))
         if t is EndSession:
+            if self.auth is not None:
+                owner = self._owner_conflict(c, msg.session_id)  # type: ignore[union-attr]
+                if owner is not None:
+                    return self._invalid(c, rid, ErrorCode.SESSION_CONFLICT, owner)
             return send(Reply(rid, SessionEnded(self._end_session(c, msg.session_id, now))))  # type: ignore[union-attr]
         if t is GetStatistics:
             return send(Reply(rid, Statistics(self.statistics(now))))
@@ -597,6 +693,43 @@ class _Shell:
             self._answer_all(self.waits.process(now=now, trust=self.trust.trust(now)))
             return out
         raise TypeError(f"no handler for {t.__name__}")
+
+    # --- authorization (only with tokens configured) -------------------------------------------
+
+    def _authorize(self, c: Client, msg: Execute) -> bytes | None:
+        """The refusal of an Execute this principal may not run; None: allowed."""
+        principal = c.principal
+        namespace = msg.transaction.namespace
+        if not principal.allows(namespace):
+            return self._invalid(
+                c,
+                msg.request_id,
+                ErrorCode.FORBIDDEN,
+                f"execute: token {principal.name!r} may not use namespace {namespace!r}",
+            )
+        conflict = self._owner_conflict(c, msg.session.session_id)
+        if conflict is not None:
+            return self._invalid(c, msg.request_id, ErrorCode.SESSION_CONFLICT, conflict)
+        return None
+
+    def _owner_conflict(self, c: Client, sid: str) -> str | None:
+        """The refusal message when session ``sid`` belongs to another principal, else None.
+        Drops the owner of a session the engine no longer has (it expired or ended)."""
+        owner = self.owners.get(sid)
+        if owner is None or owner == c.principal.name:
+            return None
+        if sid not in self.engine.sessions:
+            del self.owners[sid]
+            return None
+        return f"session {sid!r} belongs to another principal"
+
+    def _prune_owners(self) -> None:
+        """Forget owners of sessions that are gone; amortised: only when they outnumber the
+        live sessions by far."""
+        owners = self.owners
+        live = self.engine.sessions
+        if len(owners) > 2 * len(live) + 1024:
+            self.owners = {sid: name for sid, name in owners.items() if sid in live}
 
     def _invalid(self, c: Client, rid: int, code: ErrorCode, message: str) -> bytes:
         """An invalid request the codec could not see (it depends on connection or server
@@ -614,6 +747,8 @@ class _Shell:
             if not users:
                 del self.users[sid]
         existed = self.engine.end_session(sid, now=now, notify=notify)
+        if self.owners:
+            self.owners.pop(sid, None)
         if existed and len(self.waits):
             self._answer_all(self.waits.process(now=now, trust=self.trust.trust(now)))
         # Route now, before a later request of this batch can reuse the id in a new session.
@@ -665,6 +800,8 @@ class _Shell:
             try:
                 now = trio.current_time()
                 engine.sweep(now)
+                if self.owners:
+                    self._prune_owners()
                 if len(self.waits):
                     self._answer_all(self.waits.process(now=now, trust=self.trust.trust(now)))
                 self._dispatch_lost()

@@ -18,6 +18,14 @@ Why / rules kept (SEMANTICS.md, issue #2):
   wall clock is not set back (see PROTOCOL.md "Fences").
 - QoS gate: the shell passes the current trust; uptime is ``now - started_at``. A refused
   call touches nothing, not even its session.
+- Idempotent retry (docs/faults.md): a transaction with a non-empty ``transaction_id`` has its
+  result remembered in its session (the last ``RETRY_MEMORY`` ids, dropped with the session);
+  a later transaction with the same id in the same session gets that result back without
+  running (a client that lost the connection mid-call can learn the outcome). A refusal or a
+  limit is not remembered (nothing ran, so running again is safe). The WaitQueue re-runs a
+  parked transaction with the *same* Transaction object: that is a re-evaluation, not a
+  retry, so a remembered result whose Transaction is the very object passed runs again.
+  Without an id the cost is one truth test.
 """
 
 from __future__ import annotations
@@ -41,7 +49,10 @@ from protocol import (
 
 from ._eval import S_EXPIRES, S_FENCE, S_OWNER, EngineError, Entry, TxContext
 
-__all__ = ["Engine", "EngineLimits", "EngineStatistics"]
+__all__ = ["RETRY_MEMORY", "Engine", "EngineLimits", "EngineStatistics"]
+
+#: Results of transactions with an id remembered per session for idempotent retries.
+RETRY_MEMORY = 32
 
 
 def _at_least_one(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -88,6 +99,7 @@ class _Session:
         "keys",
         "last_touch",
         "max_age",
+        "retry_memory",
         "session_id",
     )
 
@@ -99,11 +111,25 @@ class _Session:
         self.ended = False
         # (namespace, table, var) -> None: an insertion-ordered set of the vars it holds
         self.keys: dict[tuple[str, str, str], None] = {}
+        # transaction id -> (the Transaction that ran, its result); None until first needed
+        self.retry_memory: dict[str, tuple[Transaction, TransactionResult]] | None = None
 
     @property
     def deadline(self) -> float:
         """When the session expires unless touched again (engine clock)."""
         return self.last_touch + self.max_age
+
+
+def _remember(s: _Session, tx: Transaction, result: TransactionResult) -> None:
+    """Keep ``result`` in the session's retry memory (the last RETRY_MEMORY ids)."""
+    memory = s.retry_memory
+    if memory is None:
+        memory = s.retry_memory = {}
+    else:
+        tid = tx.transaction_id
+        if memory.pop(tid, None) is None and len(memory) >= RETRY_MEMORY:
+            del memory[next(iter(memory))]  # the oldest id (dicts keep insertion order)
+    memory[tx.transaction_id] = (tx, result)
 
 
 # Outcome names of EngineStatistics.by_outcome; counted by name (a str key hashes faster than
@@ -146,6 +172,7 @@ class Engine:
         self._outcomes: dict[str, int] = {_OK: 0, _FAILED: 0, _REFUSED: 0}
         self._sessions_expired = 0
         self._entries_expired = 0
+        self.retries_answered = 0  # retries answered from a session's retry memory
         # When tracking, every change to a variable records (namespace, table, var) here for
         # the shell (server-side waiting re-evaluates waiters of changed variables).
         self.track_changes = track_changes
@@ -181,12 +208,23 @@ class Engine:
         Expected outcomes (OK, a failed statement, a refused contract) are results. A limit
         (too many sessions or entries) raises :class:`EngineError` and changes nothing: the
         transaction's changes are rolled back and its session is neither created nor touched.
+        A non-empty ``tx.transaction_id`` makes it idempotent within the session: a repeat
+        returns the first result without running again (module docstring).
         """
         # Hot path: the expiry check is inlined (nothing is due on almost every call).
         heap = self._session_heap
         theap = self._ttl_heap
         if (heap and heap[0][0] <= now) or (theap and theap[0][0] <= now):
             self._expire(now)
+        tid = tx.transaction_id
+        if tid:  # the only cost of the retry memory to a transaction without an id
+            s = self.sessions.get(session.session_id)
+            if s is not None and s.retry_memory is not None:
+                hit = s.retry_memory.get(tid)
+                if hit is not None and hit[0] is not tx:  # the same object: a parked re-run
+                    s.last_touch = now
+                    self.retries_answered += 1
+                    return hit[1]
         uptime = now - self.started_at
         if uptime < tx.min_uptime or trust < tx.min_trust:
             self._outcomes[_REFUSED] += 1
@@ -213,10 +251,10 @@ class Engine:
         statements = tx.statements
         if not statements:
             self._outcomes[_OK] += 1
-            return TransactionResult(
+            result = TransactionResult(
                 Status.TRANSACTION_OK,
                 Cause.UNSPECIFIED,
-                tx.transaction_id,
+                tid,
                 self.host,
                 uptime,
                 trust,
@@ -225,6 +263,9 @@ class Engine:
                 self.fence,
                 valid_until,
             )
+            if tid:
+                _remember(s, tx, result)
+            return result
         ctx = TxContext(self, s, tx.namespace, tx.transaction_id, now, self.fence + 1)
         try:
             failed = ctx.run(statements)
@@ -239,10 +280,10 @@ class Engine:
         if failed is not None:
             ctx.rollback()
             self._outcomes[_FAILED] += 1
-            return TransactionResult(
+            result = TransactionResult(
                 Status.TRANSACTION_ERROR,
                 Cause.STATEMENT,
-                tx.transaction_id,
+                tid,
                 self.host,
                 uptime,
                 trust,
@@ -251,6 +292,9 @@ class Engine:
                 self.fence,
                 valid_until,
             )
+            if tid:
+                _remember(s, tx, result)
+            return result
         if ctx.snapshots:
             self.fence += 1
             ns = tx.namespace
@@ -264,10 +308,10 @@ class Engine:
             if self.track_changes:
                 self._changed.update((ns, t, v) for t, v in ctx.snapshots)
         self._outcomes[_OK] += 1
-        return TransactionResult(
+        result = TransactionResult(
             Status.TRANSACTION_OK,
             Cause.UNSPECIFIED,
-            tx.transaction_id,
+            tid,
             self.host,
             uptime,
             trust,
@@ -276,6 +320,9 @@ class Engine:
             self.fence,
             valid_until,
         )
+        if tid:
+            _remember(s, tx, result)
+        return result
 
     def end_session(self, session_id: str, *, now: float, notify: bool = False) -> bool:
         """End a session now, removing all its entries atomically. False when unknown.

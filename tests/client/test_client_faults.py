@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from conftest import ThreadedServer
+from client_support import ThreadedServer
 from fake_lockserver import FakeServer
 
 from client import (

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import ThreadedServer
+from client_support import ThreadedServer
 
 from client import (
     FALSE,
