@@ -132,7 +132,9 @@ transactions = st.builds(
     Transaction,
     st.sampled_from(NAMESPACES),
     st.lists(statements, max_size=4),
-    transaction_id=st.sampled_from(["", "t1", "t2"]),
+    # Ids are left empty: a repeated id is an idempotent retry (tests/faults cover it), which
+    # this model does not describe.
+    transaction_id=st.just(""),
     min_uptime=st.sampled_from([0.0, 0.0, 0.0, 5.0]),
     min_trust=st.sampled_from([0.0, 0.0, 0.0, 0.5]),
 )
