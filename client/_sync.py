@@ -13,7 +13,7 @@ Rules kept:
   (under the same lock); its late reply is dropped by id, and the connection stays in sync.
 - Sends are serialised by a send lock (one ``sendall`` per request frame).
 - The sync face has no reader while idle, so before sending on an idle connection it checks
-  (one zero-timeout ``select``) that the server has not closed it meanwhile; if it has, the
+  (one zero-timeout ``poll``) that the server has not closed it meanwhile; if it has, the
   call reconnects first instead of losing its request to a dead socket.
 - A broken connection resolves everything in flight (``Wire.fail_all``): idempotent requests
   are re-sent once on a new connection, an Execute raises ConnectionLost (outcome unknown). The
@@ -76,10 +76,12 @@ def _positive(name: str, value: float) -> float:
 def _alive(sock: socket.socket) -> bool:
     """False when an idle connection has been closed by the peer (EOF or an error is
     waiting); True when nothing is waiting, or data is (events, late replies: the next reader
-    takes them). One ``select`` with a zero timeout."""
+    takes them). One ``poll`` with a zero timeout (``poll``, not ``select``: select() cannot
+    watch a file descriptor >= 1024, which a busy process easily has)."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        if not readable:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLPRI)
+        if not poller.poll(0):
             return True
         if isinstance(sock, ssl.SSLSocket):
             return True  # no peeking through TLS: the next read notices a closed connection

@@ -314,3 +314,25 @@ def test_a_listener_calling_the_client_is_refused(threaded_server: Server) -> No
         assert "must not call the client" in str(seen[0])
         assert holder.ping().uptime >= 0  # and the client is fine
         s._mark_ended()
+
+
+def test_works_with_file_descriptors_above_1024(threaded_server: Server) -> None:
+    """The idle-connection check must not use select(): a process with more than 1,024 open
+    files would see every connection as dead and reconnect forever."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"the fd limit cannot reach 2048 here (hard limit {hard})")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        with LockClient(port=threaded_server.port, timeout=5) as c, c.session() as s:
+            assert s.execute(NS, [Assert(SetVar("fd", "k"))]).ok
+            assert s.execute(NS, []).ok  # the second call runs the idle check
+            assert c.local_statistics().connections == 1  # no reconnect
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
