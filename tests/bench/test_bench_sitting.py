@@ -1,0 +1,90 @@
+"""The sitting's summary: tables and the issue's targets judged from result files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from benchmarks.lockbench._results import ResultDocument, write_document
+from benchmarks.lockbench._sitting import E2E_SHAPES, write_summary
+
+from .test_bench_results import make_result
+
+
+def _e2e(backend: str, shape: str, ops: float, repeat: int = 0) -> Any:
+    return make_result(
+        backend=backend,
+        ops_per_s=ops,
+        extra={"shape": shape, "repeat": repeat, "machine_cpu_pct": 150.0}
+        | {"client_cpu_pct": 80.0, "server_cpu_pct": 60.0, "other_cpu_pct": 10.0},
+    )
+
+
+def _blast(name: str, tx: float, p99: float, bpe: float) -> Any:
+    r = make_result(name=name, kind="blast", client="raw", requests_per_s=tx, ops_per_s=tx)
+    return attrs.evolve(
+        r,
+        latency_us={**r.latency_us, "p99": p99},
+        extra={"bytes_per_entry": bpe, "prefill_entries": 1_000_000, "prefill_seconds": 9.0}
+        | {"rss_before_bytes": 30 * 2**20, "rss_after_prefill_bytes": 330 * 2**20},
+    )
+
+
+def test_summary_judges_the_targets(tmp_path: Path) -> None:
+    """Ratios and thresholds become met / not met, with the figures quoted; repeated pairs
+    are judged by their median ratio."""
+    ratios = {"async-64tasks-64conn": 1.4, "pipelined-1conn-p64": 1.0}
+    e2e = []
+    for shape in E2E_SHAPES:
+        e2e.append(_e2e("redis", shape.key, 1000.0))
+        e2e.append(_e2e("lockserver", shape.key, 1000.0 * ratios.get(shape.key, 2.0)))
+    e2e = [r for r in e2e if r.extra["shape"] != "sync-1conn"]
+    for rep, (ours, theirs) in enumerate([(900.0, 1000.0), (1200.0, 1000.0), (1100.0, 1000.0)]):
+        e2e.append(_e2e("lockserver", "sync-1conn", ours, rep))
+        e2e.append(_e2e("redis", "sync-1conn", theirs, rep))
+    write_document(tmp_path / "e2e.json", ResultDocument(tuple(e2e), {"nproc": 2}))
+    write_document(
+        tmp_path / "workloads.json",
+        ResultDocument((make_result(), make_result(backend="redis", ops_per_s=2500.0))),
+    )
+    blasts = (
+        _blast("capacity-1conn-pipelined", 250_000, 900, 300.0),
+        _blast("capacity-64conn", 30_000, 5000, 300.0),
+        _blast("strict-rr-1conn", 15_000, 120, 300.0),
+        _blast("paced-64conn-half", 15_000, 1200, 300.0),
+    )
+    write_document(tmp_path / "blast-lockserver.json", ResultDocument(blasts))
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    verdicts = {
+        line.split("|")[1].strip(): line.split("|")[3].strip()
+        for line in text.splitlines()
+        if line.startswith(("| E2E", "| Blast", "| Memory"))
+    }
+    assert verdicts == {
+        "E2E one sync connection >= 1.0x Redis": "**met**",
+        "E2E 64 async tasks >= 1.5x Redis (64 connections each)": "**not met**",
+        "E2E pipelined (64 in flight, 1 connection) >= 1.0x Redis": "**met**",
+        "Blast: 1 pipelined connection >= 200,000 tx/s (1M held)": "**met**",
+        "Blast: 64 unpipelined connections >= 40,000 tx/s (1M held)": "**not met**",
+        "Blast: 1 connection strict request/response >= 14,000 tx/s, p99 <= 150 µs": "**met**",
+        "Blast: p99 <= 1 ms at half of capacity, 64 connections": "**not met**",
+        "Memory <= 400 bytes per held entry at 1,000,000": "**met**",
+    }
+    assert "1.10x (0.90 to 1.20, n=3); medians 1,100 vs 1,000 pairs/s" in text
+    assert "2.00x; medians 2,000 vs 1,000 pairs/s | **met**" in text
+    assert "| mutex-uncontended | 5,000 | 2,500 | 2.00x |" in text
+    assert "60, 80, 10 / 60, 80, 10" in text
+    assert "**300 bytes per entry**" in text
+    assert (tmp_path / "e2e.png").exists() and (tmp_path / "blast.png").exists()
+
+
+def test_summary_of_an_empty_directory(tmp_path: Path) -> None:
+    """No result files: a summary that says n/a rather than a crash."""
+    write_summary(tmp_path)
+    assert (
+        "| Memory <= 400 bytes per held entry at 1,000,000 | - | n/a |"
+        in (tmp_path / "summary.md").read_text()
+    )
