@@ -130,11 +130,12 @@ async def _good_round(w: Wire, n: int) -> None:
 
 
 async def test_killed_holder_frees_its_lock_and_waiters_get_it_in_order(
-    server: RunningServer,
+    server: RunningServer, clock: trio.testing.MockClock
 ) -> None:
     """A client process holding a Mutex is killed (SIGKILL): within its max age (1 s) the
     lock is free and the two parked waiters get it one after the other, in arrival order,
-    with growing fences; the killed holder's session is gone."""
+    with growing fences; the killed holder's session is gone. The server's clock is jumped
+    past the max age (no waiting on real time for the expiry)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(server.port), "1.0"],
@@ -151,7 +152,7 @@ async def test_killed_holder_frees_its_lock_and_waiters_get_it_in_order(
             assert server.engine.entry_count == 1
             w1, w2 = await Wire.open(server.port), await Wire.open(server.port)
             async with w1, w2:
-                await _hand_over(server, proc, w1, w2, held_fence)
+                await _hand_over(server, proc, w1, w2, held_fence, clock)
     finally:
         proc.kill()
         proc.wait()
@@ -160,27 +161,32 @@ async def test_killed_holder_frees_its_lock_and_waiters_get_it_in_order(
 
 
 async def _hand_over(
-    server: RunningServer, proc: subprocess.Popen[bytes], w1: Wire, w2: Wire, held_fence: int
+    server: RunningServer,
+    proc: subprocess.Popen[bytes],
+    w1: Wire,
+    w2: Wire,
+    held_fence: int,
+    clock: trio.testing.MockClock,
 ) -> None:
-    if True:
-        if True:
-            key = _only_key(server)
-            first = await w1.execute("w1", Assert(SetVar(*key)), wait=10)
-            await trio.sleep(0.05)  # arrival order on the server
-            second = await w2.execute("w2", Assert(SetVar(*key)), wait=10)
-            await trio.sleep(0.05)
-            assert server.statistics()["waiting"]["waiters"] == 2
-            os.kill(proc.pid, signal.SIGKILL)
-            t0 = trio.current_time()
-            r1 = await w1.result(first)
-            assert r1.status is Status.TRANSACTION_OK and r1.fence > held_fence
-            assert trio.current_time() - t0 < 1.0 + 1.5  # max age + sweep slack
-            assert server.statistics()["waiting"]["waiters"] == 1  # w2 still parked
-            released = await w1.execute("w1", Assert(DeleteVar(*key)))
-            assert (await w1.result(released)).status is Status.TRANSACTION_OK
-            r2 = await w2.result(second)
-            assert r2.status is Status.TRANSACTION_OK and r2.fence > r1.fence
-            assert server.statistics()["engine"]["sessions_expired"] >= 1
+    """Park two waiters behind the killed holder's lock, kill it, check the hand-over."""
+    key = _only_key(server)
+    first = await w1.execute("w1", Assert(SetVar(*key)), wait=10)
+    await trio.sleep(0.05)  # arrival order on the server
+    second = await w2.execute("w2", Assert(SetVar(*key)), wait=10)
+    await trio.sleep(0.05)
+    assert server.statistics()["waiting"]["waiters"] == 2
+    os.kill(proc.pid, signal.SIGKILL)
+    t0 = trio.current_time()
+    clock.jump(1.1)  # past the killed holder's 1 s max age
+    r1 = await w1.result(first)
+    assert r1.status is Status.TRANSACTION_OK and r1.fence > held_fence
+    assert trio.current_time() - t0 < 1.0 + 1.5  # max age + sweep slack
+    assert server.statistics()["waiting"]["waiters"] == 1  # w2 still parked
+    released = await w1.execute("w1", Assert(DeleteVar(*key)))
+    assert (await w1.result(released)).status is Status.TRANSACTION_OK
+    r2 = await w2.result(second)
+    assert r2.status is Status.TRANSACTION_OK and r2.fence > r1.fence
+    assert server.statistics()["engine"]["sessions_expired"] >= 1
 
 
 def _only_key(server: RunningServer) -> tuple[str, str]:
