@@ -84,6 +84,7 @@ class EngineStatistics:
     by_outcome: dict[str, int]
     sessions_expired: int
     entries_expired: int
+    retries_answered: int  # executes answered from a session's retry memory (tx_id repeats)
 
     def to_wire(self) -> dict[str, Any]:
         """As a plain map for the statistics reply."""
@@ -377,6 +378,7 @@ class Engine:
             by_outcome={k: v for k, v in self._outcomes.items() if v},
             sessions_expired=self._sessions_expired,
             entries_expired=self._entries_expired,
+            retries_answered=self.retries_answered,
         )
 
     # --- internals ----------------------------------------------------------------------------

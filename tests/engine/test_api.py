@@ -60,6 +60,7 @@ def test_statistics_snapshot() -> None:
         },
         sessions_expired=1,
         entries_expired=0,
+        retries_answered=0,
     )
     wire = stats.to_wire()
     assert wire["entries"] == 3
@@ -75,6 +76,7 @@ def test_statistics_snapshot() -> None:
         "by_outcome",
         "sessions_expired",
         "entries_expired",
+        "retries_answered",
     }
 
 
