@@ -35,6 +35,7 @@ from ._async import open_lock_client as open_lock_client
 from ._core import ClientStatistics as ClientStatistics
 from ._core import LostListener as LostListener
 from ._errors import AccessDenied as AccessDenied
+from ._errors import BatchError as BatchError
 from ._errors import ClientClosed as ClientClosed
 from ._errors import ClientTimeout as ClientTimeout
 from ._errors import ConnectionLost as ConnectionLost
@@ -95,6 +96,7 @@ __all__ = [
     "ServerUnavailable",
     "ClientTimeout",
     "ClientClosed",
+    "BatchError",
     # lock recipes (docs/recipes.md)
     "recipes",
     "Mutex",

@@ -16,6 +16,10 @@ Theory of operation:
   arrives, its abort callback removes the slot from the table: the late reply is dropped by id.
   If the request was a waiting Execute (``wait=``), a Cancel for it is written as well, so the
   server does not keep it parked.
+- A batch (``execute_many``) is the same step for all its calls at once: every call is
+  registered (one core ``Batch`` waiter for all), the frames go out in one write, and the
+  caller parks once; the reader reschedules it when the last call is settled. Its abort
+  callback abandons every call still in flight.
 - I/O: a stdlib socket in non-blocking mode driven by ``trio.lowlevel.wait_readable`` /
   ``wait_writable`` (connected through ``trio.open_tcp_stream``, then detached). Measured
   against ``trio.SocketStream`` with a send lock (benchmarks/client_rtt.py, report of issue #3):
@@ -51,10 +55,13 @@ from ._core import (
     PING,
     RETRY,
     STATS,
+    Batch,
+    BatchCall,
     ClientCore,
     ClientStatistics,
     SessionState,
     Wire,
+    batch_results,
     handshake_error,
 )
 from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
@@ -277,6 +284,42 @@ class AsyncLockClient:
             return trio.lowlevel.Abort.SUCCEEDED
 
         return await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def _request_batch(self, rids: list[int], data: bytes) -> list[Any]:
+        """Send a batch's frames in one write and wait once for all its calls; the outcomes
+        (Result or the call's exception) in call order. Reconnects first when needed; never
+        re-sends (its calls are Executes)."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        conn = self._conn
+        while conn is None or conn.broken is not None:
+            await self._reconnect()
+            conn = self._conn  # re-checked with no checkpoint before registering and writing
+        outcomes = await self._call_batch(conn, rids, data)
+        if self._closed:
+            for item in outcomes:
+                if isinstance(item, ConnectionLost):
+                    raise ClientClosed("the client was closed with the batch in flight")
+        return outcomes
+
+    async def _call_batch(self, conn: _Connection, rids: list[int], data: bytes) -> list[Any]:
+        """Register every call + one write (one synchronous step), then park until the last
+        call is settled: one wake-up for the whole batch."""
+        slot = _Slot()
+        batch = Batch(rids, slot)
+        wire = conn.wire
+        wire.register_batch(batch)
+        self._write(conn, data)
+        if slot.outcome is not None:  # resolved synchronously (the write broke the connection)
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return slot.outcome.unwrap()  # type: ignore[no-any-return]
+        slot.task = trio.lowlevel.current_task()
+
+        def abort(raise_cancel: Any) -> trio.lowlevel.Abort:
+            slot.task = None
+            wire.abandon_batch(batch)  # late replies are dropped by id
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
 
     @staticmethod
     def _resolve(slot: _Slot, value: Any, error: BaseException | None) -> None:
@@ -504,6 +547,41 @@ class AsyncSession(SessionState):
             self._keepalive_scope = trio.CancelScope()
             self._client._nursery.start_soon(self._keepalive_loop, self._keepalive_scope)
         return result
+
+    async def execute_many(
+        self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
+    ) -> list[Result]:
+        """Run several transactions pipelined: one write for all, one wait for all replies.
+
+        ``calls``: ``(namespace, statements)`` or ``(namespace, statements, transaction_id)``
+        tuples. Returns their Results in call order (``[]`` for no calls). **Each call is its
+        own transaction**: the batch is not atomic (put the statements in one transaction for
+        all or nothing); the server runs them in order. ``min_uptime`` / ``min_trust`` apply to
+        every call. No ``wait``: a batch is answered at once.
+
+        When some calls fail, :class:`BatchError` is raised once all are settled, with every
+        call's Result or exception in ``results`` (a ServerError: that call was refused; a
+        ConnectionLost: its outcome is unknown; repeat with the same transaction ids in the
+        same session to learn it). ClientClosed and ServerUnavailable are raised as such.
+        Cancelling the caller abandons the whole batch (late replies are dropped); the calls
+        already sent may or may not run.
+        """
+        rids, data = self._build_batch(calls, min_uptime, min_trust)
+        if not rids:
+            self._client._check_open()
+            await trio.lowlevel.checkpoint()
+            return []
+        self._last_activity = trio.current_time()
+        outcomes = await self._client._request_batch(rids, data)
+        if (
+            self._keepalive_scope is None
+            and self._keepalive
+            and not self._ended
+            and any(type(o) is Result for o in outcomes)
+        ):
+            self._keepalive_scope = trio.CancelScope()
+            self._client._nursery.start_soon(self._keepalive_loop, self._keepalive_scope)
+        return batch_results(outcomes)
 
     async def end(self) -> bool:
         """End the session now: the server removes all its entries at once. True when the

@@ -21,6 +21,10 @@ Theory of operation:
   statements is never retried silently).
 - Replies may arrive in any order (the server parks waiting transactions): matching is by id
   only, never by position.
+- A batch (``execute_many``) is one :class:`Batch` waiter for all its calls: each call keeps
+  its own request id and table entry (kind ``BATCH``), the batch collects the outcomes (a
+  Result, or the call's exception) and resolves **once**, when its last call is settled, with
+  the list in call order. One wake-up per batch, not one task or one reschedule per call.
 - :class:`SessionState` is the face-independent half of a session: its
   :class:`~protocol.SessionSpec`, lost-event listeners and the namespace of its last call (the
   keepalive pings there).
@@ -66,6 +70,7 @@ from protocol import Connection as _ProtocolConnection
 from protocol import Role as _Role
 
 from ._errors import (
+    BatchError,
     ClientClosed,
     ConnectionLost,
     LockClientError,
@@ -83,12 +88,16 @@ __all__ = [
     "STATS",
     "PING",
     "CANCEL",
+    "BATCH",
     "RETRY",
+    "Batch",
+    "BatchCall",
     "ClientCore",
     "ClientStatistics",
     "LostListener",
     "SessionState",
     "Wire",
+    "batch_results",
 ]
 
 log = logging.getLogger("client")
@@ -101,8 +110,18 @@ END = 3
 STATS = 4
 PING = 5
 CANCEL = 6
+BATCH = 7  # an Execute of an execute_many batch: its table entry's waiter is the Batch
 
-_KIND_NAMES = ("hello", "execute", "keepalive", "end_session", "statistics", "ping", "cancel")
+_KIND_NAMES = (
+    "hello",
+    "execute",
+    "keepalive",
+    "end_session",
+    "statistics",
+    "ping",
+    "cancel",
+    "execute",
+)
 _EXPECTED_BODY: tuple[type, ...] = (
     Welcome,
     TransactionResult,
@@ -111,6 +130,7 @@ _EXPECTED_BODY: tuple[type, ...] = (
     Statistics,
     Pong,
     Cancelled,
+    TransactionResult,
 )
 # Requests that may be re-sent on a new connection when the old one dropped with them in flight:
 # they change nothing (ping, statistics, a keepalive only touches the session) or end in the same
@@ -147,7 +167,12 @@ _CONVERT: tuple[Callable[[Any], Any], ...] = (
     lambda body: dict(body.values),
     _same,  # Pong
     lambda body: body.found,
+    Result,
 )
+
+BatchCall = tuple[str, Iterable[Statement]] | tuple[str, Iterable[Statement], str | None]
+"""One call of ``execute_many``: ``(namespace, statements)`` or ``(namespace, statements,
+transaction_id)``."""
 
 
 @attrs.frozen
@@ -166,6 +191,32 @@ class ClientStatistics:
     open_sessions: int
 
 
+class Batch(Generic[W]):
+    """The one waiter of an ``execute_many`` batch: every call's table entry points here.
+
+    ``settle`` records a call's outcome (a Result or the call's exception); the last one
+    appends the batch's resolution ``(waiter, outcomes in call order, None)``. A per-request
+    internal on the hot path, hence a slotted plain class (STYLE.md 7).
+    """
+
+    __slots__ = ("outcomes", "remaining", "rids", "waiter")
+
+    def __init__(self, rids: list[int], waiter: W) -> None:
+        self.rids = rids  # call order
+        self.waiter = waiter
+        self.outcomes: dict[int, Any] = {}  # request id -> Result | LockClientError
+        self.remaining = len(rids)
+
+    def settle(
+        self, rid: int, outcome: Any, resolved: list[tuple[W, Any, BaseException | None]]
+    ) -> None:
+        outcomes = self.outcomes
+        outcomes[rid] = outcome
+        self.remaining -= 1
+        if not self.remaining:
+            resolved.append((self.waiter, [outcomes[r] for r in self.rids], None))
+
+
 class Wire(Generic[W]):
     """One connection's protocol state and its table of requests in flight.
 
@@ -178,8 +229,9 @@ class Wire(Generic[W]):
     def __init__(self, core: ClientCore) -> None:
         self.core = core
         self._proto = _ProtocolConnection(_Role.CLIENT)
-        # request id -> (kind, waiter). Dict order = send order.
-        self.pending: dict[int, tuple[int, W]] = {}
+        # request id -> (kind, waiter); the waiter of a BATCH entry is its Batch[W].
+        # Dict order = send order.
+        self.pending: dict[int, tuple[int, Any]] = {}
         # A connection-level error reply (no request id) or a fatal decoding error: the reason
         # to quote when the connection then drops.
         self.closing_error: LockClientError | None = None
@@ -189,10 +241,28 @@ class Wire(Generic[W]):
         self.pending[rid] = (kind, waiter)
         self.core.requests_sent += 1
 
+    def register_batch(self, batch: Batch[W]) -> None:
+        """Record the calls of a batch about to be sent (before its bytes go out)."""
+        pending = self.pending
+        entry = (BATCH, batch)
+        for rid in batch.rids:
+            pending[rid] = entry
+        self.core.requests_sent += len(batch.rids)
+
     def abandon(self, rid: int) -> bool:
         """Forget a request whose caller gave up; its reply, if any, will be dropped.
         True when it was still in flight."""
         return self.pending.pop(rid, None) is not None
+
+    def abandon_batch(self, batch: Batch[W]) -> bool:
+        """Forget every call of a batch whose caller gave up (late replies are dropped).
+        True when some were still in flight."""
+        pending = self.pending
+        found = False
+        for rid in batch.rids:
+            if pending.pop(rid, None) is not None:
+                found = True
+        return found
 
     def feed(self, data: bytes) -> tuple[list[tuple[W, Any, BaseException | None]], list[LockLost]]:
         """Decode received bytes. Returns the resolved requests as (waiter, value, error) with
@@ -202,6 +272,7 @@ class Wire(Generic[W]):
         decoding error): the caller must close the connection and ``fail_all``.
         """
         proto = self._proto
+        pending = self.pending
         resolved: list[tuple[W, Any, BaseException | None]] = []
         events: list[LockLost] = []
         try:
@@ -212,23 +283,24 @@ class Wire(Generic[W]):
                     break
                 t = type(msg)
                 if t is Reply:
-                    entry = self.pending.pop(msg.request_id, None)  # type: ignore[union-attr,arg-type]
+                    rid = msg.request_id  # type: ignore[union-attr]
+                    entry = pending.pop(rid, None)  # type: ignore[arg-type]
                     if entry is None:
                         self.core.replies_dropped += 1
                         continue
                     kind, waiter = entry
                     body = msg.body  # type: ignore[union-attr]
                     if type(body) is not _EXPECTED_BODY[kind]:
-                        resolved.append(
-                            (
-                                waiter,
-                                None,
-                                LockClientError(
-                                    f"server answered a {_KIND_NAMES[kind]} request with "
-                                    f"{type(body).__name__}"
-                                ),
-                            )
+                        error = LockClientError(
+                            f"server answered a {_KIND_NAMES[kind]} request with "
+                            f"{type(body).__name__}"
                         )
+                        if kind == BATCH:
+                            waiter.settle(rid, error, resolved)
+                        else:
+                            resolved.append((waiter, None, error))
+                    elif kind == BATCH:
+                        waiter.settle(rid, Result(body), resolved)  # type: ignore[arg-type]
                     else:
                         resolved.append((waiter, _CONVERT[kind](body), None))
                 elif t is LockLost:
@@ -245,9 +317,13 @@ class Wire(Generic[W]):
         self, msg: ErrorReply, resolved: list[tuple[W, Any, BaseException | None]]
     ) -> None:
         exc = server_error(msg)
-        entry = None if msg.request_id is None else self.pending.pop(msg.request_id, None)
+        rid = msg.request_id
+        entry = None if rid is None else self.pending.pop(rid, None)
         if entry is not None:
-            resolved.append((entry[1], None, exc))
+            if entry[0] == BATCH:
+                entry[1].settle(rid, exc, resolved)
+            else:
+                resolved.append((entry[1], None, exc))
         elif msg.request_id is None:
             # About the connection as a whole (e.g. SHUTTING_DOWN, SLOW_CONSUMER): the server
             # closes next; remember why for the ConnectionLost of whatever is in flight.
@@ -270,7 +346,10 @@ class Wire(Generic[W]):
                 )
                 if self.closing_error is not None:
                     exc.__cause__ = self.closing_error
-                out.append((waiter, None, exc))
+                if kind == BATCH:
+                    waiter.settle(rid, exc, out)
+                else:
+                    out.append((waiter, None, exc))
         self.pending.clear()
         return out
 
@@ -399,6 +478,42 @@ class SessionState:
         self._namespace = namespace
         return rid, data
 
+    def _build_batch(
+        self, calls: Iterable[BatchCall], min_uptime: float, min_trust: float
+    ) -> tuple[list[int], bytes]:
+        """The request ids (call order) and the frames of every call, concatenated for one
+        write. Every call is validated before anything is sent (errors name the call)."""
+        self._check_open()
+        spec = self._spec
+        next_id = self._core.next_id
+        rids: list[int] = []
+        frames: list[bytes] = []
+        namespace = None
+        for i, call in enumerate(calls):
+            try:
+                if type(call) is not tuple or not 2 <= len(call) <= 3:
+                    raise TypeError(
+                        "a call must be a tuple (namespace, statements) or "
+                        f"(namespace, statements, transaction_id), got {call!r:.80}"
+                    )
+                tx_id = call[2] if len(call) == 3 else None
+                tx = Transaction(
+                    call[0],
+                    call[1],
+                    transaction_id="" if tx_id is None else tx_id,
+                    min_uptime=min_uptime,
+                    min_trust=min_trust,
+                )
+                rid = next_id()
+                frames.append(_encode(Execute(rid, spec, tx)))
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"calls[{i}]: {exc}") from exc
+            rids.append(rid)
+            namespace = tx.namespace
+        if namespace is not None:
+            self._namespace = namespace
+        return rids, b"".join(frames)
+
     def _build_keepalive(self) -> tuple[int, bytes] | None:
         """A no-statement Execute in the last namespace used, or None before any call."""
         if self._namespace is None or self._ended:
@@ -417,6 +532,15 @@ class SessionState:
 
 def _ended_error(session_id: str) -> LockClientError:
     return ClientClosed(f"session {session_id} has ended; open a new one")
+
+
+def batch_results(outcomes: list[Any]) -> list[Result]:
+    """The Results of a resolved batch, or BatchError when some call failed."""
+    for outcome in outcomes:
+        if type(outcome) is not Result:
+            error = BatchError(outcomes)
+            raise error from error.failures[0][1]
+    return outcomes
 
 
 def _encode(request: Request) -> bytes:

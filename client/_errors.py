@@ -14,6 +14,8 @@ transport or the server. Every such exception derives from :class:`LockClientErr
 - :class:`ClientTimeout`: no reply within the sync face's per-call timeout; the outcome is unknown
   and a late reply is dropped.
 - :class:`ClientClosed`: the client (or the session) was closed.
+- :class:`BatchError`: some calls of an ``execute_many`` batch failed (each with one of the
+  above); the others' Results are kept in it, in call order.
 
 Bad arguments are not in this hierarchy: the protocol's validators raise TypeError/ValueError
 where the value is built.
@@ -21,7 +23,12 @@ where the value is built.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from protocol import ErrorCode, ErrorReply
+
+if TYPE_CHECKING:
+    from ._result import Result
 
 __all__ = [
     "LockClientError",
@@ -33,6 +40,7 @@ __all__ = [
     "ServerUnavailable",
     "ClientTimeout",
     "ClientClosed",
+    "BatchError",
     "server_error",
 ]
 
@@ -82,6 +90,33 @@ class ClientTimeout(LockClientError, TimeoutError):
 
 class ClientClosed(LockClientError):
     """The client, or the session used, is closed."""
+
+
+class BatchError(LockClientError):
+    """Some calls of an ``execute_many`` batch failed; the others' outcomes are not lost.
+
+    Raised once every call of the batch is settled. ``results`` has one entry per call, in
+    call order: its :class:`~client.Result` (which may itself be ``ok == False``: a refusal is a
+    value), or the exception of that call: a :class:`ServerError` (the server refused it;
+    it was not executed) or :class:`ConnectionLost` (the connection dropped before its reply:
+    its outcome is unknown). ``failures`` lists ``(index, exception)`` of the failed calls; the
+    first one is also the ``__cause__``.
+    """
+
+    def __init__(self, results: list[Result | LockClientError]) -> None:
+        self.results = results
+        self.failures = [(i, r) for i, r in enumerate(results) if isinstance(r, LockClientError)]
+        first_i, first = self.failures[0]
+        super().__init__(
+            f"{len(self.failures)} of {len(results)} calls of the batch failed, the first "
+            f"(call {first_i}) with {type(first).__name__}: {first}"
+        )
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """True when some call's outcome is unknown (a ConnectionLost in ``results``):
+        check with a read, or repeat the batch with the same transaction ids."""
+        return any(isinstance(exc, ConnectionLost) for _, exc in self.failures)
 
 
 _LIMIT_CODES = frozenset(

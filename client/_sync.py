@@ -11,7 +11,9 @@ Rules kept:
 - A request is registered in the wire's table (under the condition's lock) *before* its bytes
   are sent, so its reply can never arrive unclaimed. A caller that times out removes its entry
   (under the same lock); its late reply is dropped by id, and the connection stays in sync.
-- Sends are serialised by a send lock (one ``sendall`` per request frame).
+- Sends are serialised by a send lock (one ``sendall`` per request frame, or per batch: an
+  ``execute_many`` registers all its calls under one waiter, the batch's first request id,
+  and sends all its frames with one ``sendall``).
 - The sync face has no reader while idle, so before sending on an idle connection it checks
   (one zero-timeout ``poll``) that the server has not closed it meanwhile; if it has, the
   call reconnects first instead of losing its request to a dead socket.
@@ -42,6 +44,7 @@ from typing import Any
 from protocol import Pong, Statement, Welcome
 
 from ._core import (
+    BATCH,
     END,
     EXECUTE,
     HELLO,
@@ -49,10 +52,13 @@ from ._core import (
     PING,
     RETRY,
     STATS,
+    Batch,
+    BatchCall,
     ClientCore,
     ClientStatistics,
     SessionState,
     Wire,
+    batch_results,
     handshake_error,
 )
 from ._errors import ClientClosed, ClientTimeout, ConnectionLost, LockClientError, ServerUnavailable
@@ -254,38 +260,7 @@ class LockClient:
         deadline = monotonic() + timeout
         retried = False
         while True:
-            conn = self._conn
-            if conn is None or conn.broken is not None:
-                conn = self._reconnect()
-            if conn.reader_ident == threading.get_ident():
-                raise LockClientError(
-                    "a lost-listener must not call the client: it runs in the thread that "
-                    "reads the connection (hand the event to another thread)"
-                )
-            with self._cond:
-                if conn.broken is not None:
-                    continue
-                # Idle (nothing in flight, so nobody reads): a connection the server or the
-                # network closed meanwhile is noticed here, before a request is risked on it.
-                # Under the lock, so no reader can consume what the probe sees.
-                dead = not conn.reader_busy and not conn.wire.pending and not _alive(conn.sock)
-                if dead:
-                    self._break_locked(conn, "the connection was closed while idle")
-                else:
-                    conn.wire.register(rid, kind, rid)
-            if dead:
-                self._close_socket(conn)
-                continue
-            error: OSError | None = None
-            with self._send_lock:
-                unsent = conn.broken is not None  # broke between registering and sending
-                if not unsent:
-                    try:
-                        conn.sock.sendall(data)
-                    except OSError as exc:
-                        error = exc
-            if error is not None:
-                self._break(conn, f"sending failed: {error}")
+            conn, unsent = self._send(rid, kind, None, data)
             value, failure = self._wait(conn, rid, deadline)
             if failure is not None:
                 if isinstance(failure, ConnectionLost):
@@ -305,7 +280,70 @@ class LockClient:
             retried = True
             self._core.retries += 1
 
-    def _wait(self, conn: _Connection, rid: int, deadline: float) -> _Resolution:
+    def _request_batch(self, rids: list[int], data: bytes, timeout: float) -> list[Any]:
+        """Send a batch's frames in one ``sendall`` and wait for all its calls; the outcomes
+        (Result or the call's exception) in call order. Never re-sent once it may have gone
+        out (its calls are Executes); the batch waits under its first request id."""
+        deadline = monotonic() + timeout
+        while True:
+            batch = Batch(rids, rids[0])
+            conn, unsent = self._send(rids[0], BATCH, batch, data)
+            outcomes: list[Any] = self._wait(conn, rids[0], deadline, batch)[0]
+            if unsent:
+                continue  # nothing went out: safe to send on a new connection
+            if self._closed:
+                for item in outcomes:
+                    if isinstance(item, ConnectionLost):
+                        raise ClientClosed("the client was closed with the batch in flight")
+            return outcomes
+
+    def _send(
+        self, rid: int, kind: int, batch: Batch[int] | None, data: bytes
+    ) -> tuple[_Connection, bool]:
+        """Register the request (or every call of ``batch``) on a live connection, then send
+        ``data``; reconnects first when needed. Returns the connection and whether the bytes
+        stayed unsent (it broke between registering and sending: the request is resolved with
+        ConnectionLost, and is safe to send again on a new connection)."""
+        while True:
+            conn = self._conn
+            if conn is None or conn.broken is not None:
+                conn = self._reconnect()
+            if conn.reader_ident == threading.get_ident():
+                raise LockClientError(
+                    "a lost-listener must not call the client: it runs in the thread that "
+                    "reads the connection (hand the event to another thread)"
+                )
+            with self._cond:
+                if conn.broken is not None:
+                    continue
+                # Idle (nothing in flight, so nobody reads): a connection the server or the
+                # network closed meanwhile is noticed here, before a request is risked on it.
+                # Under the lock, so no reader can consume what the probe sees.
+                dead = not conn.reader_busy and not conn.wire.pending and not _alive(conn.sock)
+                if dead:
+                    self._break_locked(conn, "the connection was closed while idle")
+                elif batch is None:
+                    conn.wire.register(rid, kind, rid)
+                else:
+                    conn.wire.register_batch(batch)
+            if dead:
+                self._close_socket(conn)
+                continue
+            error: OSError | None = None
+            with self._send_lock:
+                unsent = conn.broken is not None  # broke between registering and sending
+                if not unsent:
+                    try:
+                        conn.sock.sendall(data)
+                    except OSError as exc:
+                        error = exc
+            if error is not None:
+                self._break(conn, f"sending failed: {error}")
+            return conn, unsent
+
+    def _wait(
+        self, conn: _Connection, rid: int, deadline: float, batch: Batch[int] | None = None
+    ) -> _Resolution:
         cond = self._cond
         with cond:
             while True:
@@ -318,27 +356,47 @@ class LockClient:
                     break
                 remaining = deadline - monotonic()
                 if remaining <= 0:
-                    conn.wire.abandon(rid)
-                    raise self._timeout(rid)
+                    self._abandon(conn, rid, batch)
+                    raise self._timeout(rid, batch)
                 cond.wait(remaining)
         try:
-            out = self._read(conn, rid, deadline)
+            out = self._read(conn, rid, deadline, batch)
         finally:
             self._leave_reader(conn)
         if out is None:
-            raise self._timeout(rid)
+            raise self._timeout(rid, batch)
         return out
 
-    def _timeout(self, rid: int) -> ClientTimeout:
+    @staticmethod
+    def _abandon(conn: _Connection, rid: int, batch: Batch[int] | None) -> None:
+        if batch is None:
+            conn.wire.abandon(rid)
+        else:
+            conn.wire.abandon_batch(batch)
+
+    @staticmethod
+    def _timeout(rid: int, batch: Batch[int] | None = None) -> ClientTimeout:
+        if batch is not None:
+            return ClientTimeout(
+                f"not every reply to the batch of {len(batch.rids)} calls (request {rid} "
+                "onwards) came within the timeout; their outcome is unknown (late replies are "
+                "dropped)"
+            )
         return ClientTimeout(
             f"no reply to request {rid} within the timeout; its outcome is unknown "
             "(a late reply is dropped)"
         )
 
-    def _read(self, conn: _Connection, rid: int | None, deadline: float) -> _Resolution | None:
+    def _read(
+        self,
+        conn: _Connection,
+        rid: int | None,
+        deadline: float,
+        batch: Batch[int] | None = None,
+    ) -> _Resolution | None:
         """As the reader: read until ``rid`` is resolved (returns its resolution) or the
-        deadline passes (abandons ``rid``, returns None). With ``rid`` None, read at least once
-        and until the deadline, dispatching what arrives."""
+        deadline passes (abandons ``rid``, or every call of ``batch``, returns None). With
+        ``rid`` None, read at least once and until the deadline, dispatching what arrives."""
         sock = conn.sock
         cond = self._cond
         core = self._core
@@ -349,7 +407,7 @@ class LockClient:
                 if rid is None:
                     return None
                 with cond:
-                    conn.wire.abandon(rid)
+                    self._abandon(conn, rid, batch)
                     return conn.done.pop(rid, None)
             attempted = True
             try:
@@ -523,6 +581,40 @@ class Session(SessionState):
         if self._thread is None and self._keepalive and not self._ended:
             self._start_keepalive()
         return result
+
+    def execute_many(
+        self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
+    ) -> list[Result]:
+        """Run several transactions pipelined: one write for all, one wait for all replies.
+
+        ``calls``: ``(namespace, statements)`` or ``(namespace, statements, transaction_id)``
+        tuples. Returns their Results in call order (``[]`` for no calls). **Each call is its
+        own transaction**: the batch is not atomic (put the statements in one transaction for
+        all or nothing); the server runs them in order. ``min_uptime`` / ``min_trust`` apply to
+        every call. No ``wait``: a batch is answered at once. The client's ``timeout`` bounds
+        the whole batch.
+
+        When some calls fail, :class:`BatchError` is raised once all are settled, with every
+        call's Result or exception in ``results`` (a ServerError: that call was refused; a
+        ConnectionLost: its outcome is unknown; repeat with the same transaction ids in the
+        same session to learn it). ClientTimeout (outcome of the unanswered calls unknown),
+        ClientClosed and ServerUnavailable are raised as such.
+        """
+        rids, data = self._build_batch(calls, min_uptime, min_trust)
+        client = self._client
+        if not rids:
+            client._check_open()
+            return []
+        self._last_activity = monotonic()
+        outcomes = client._request_batch(rids, data, client.timeout)
+        if (
+            self._thread is None
+            and self._keepalive
+            and not self._ended
+            and any(type(o) is Result for o in outcomes)
+        ):
+            self._start_keepalive()
+        return batch_results(outcomes)
 
     def end(self) -> bool:
         """End the session now: the server removes all its entries at once. True when the

@@ -20,6 +20,11 @@ Each op kind maps to the transactions below (SEMANTICS.md gives the rules they r
   F)))``, ``Assert(SetVar("Month-End", F, ticket))``.
 - ping: ``client.ping()`` (the protocol's Ping; touches no session).
 
+Pipelining (``--pipeline D``): a batch of D ops goes out as ``session.execute_many`` — D
+transactions encoded into one write, one wait for all the replies — as redis-py's pipeline
+does for Redis. Session-churn keeps one call per op (each op has a session of its own) and
+pings stay D concurrent calls (trio: D tasks; sync: one after the other).
+
 Sessions are made with ``keepalive=False``: a run never leaves a session idle for max_age / 3
 (20 s), so the keepalive would never fire; turning it off only spares starting a keepalive task
 (trio) or thread (sync) per session, which matters for session-churn — a user doing churn with
@@ -124,8 +129,15 @@ def release_statements(op: Op) -> tuple[str, list[Statement]]:
     raise ValueError(f"{kind} takes no lock (session-churn releases by ending its session)")
 
 
+def _batchable(ops: Sequence[Op]) -> bool:
+    """Whether ``ops`` go out as one ``execute_many`` (more than one op, all in the task's
+    own session)."""
+    return len(ops) > 1 and all(op.kind is not OpKind.SESSION for op in ops)
+
+
 class LockserverSyncOps:
-    """Workload ops of one task over a sync ``LockClient`` (one request at a time)."""
+    """Workload ops of one task over a sync ``LockClient``: a batch of ops is one
+    ``execute_many`` (one write, one wait), session-churn one request at a time."""
 
     def __init__(self, client: Any, session: Session) -> None:
         self._client = client
@@ -139,6 +151,9 @@ class LockserverSyncOps:
 
     def acquire(self, ops: Sequence[Op]) -> list[bool]:
         """Try to acquire every op's lock (never waiting); which ones succeeded."""
+        if _batchable(ops):
+            results = self._session.execute_many([acquire_statements(op) for op in ops])
+            return [r.ok for r in results]
         out = []
         for op in ops:
             session = self._session
@@ -153,6 +168,9 @@ class LockserverSyncOps:
 
     def release(self, ops: Sequence[Op]) -> None:
         """Release every op's lock (session-churn: end its session)."""
+        if _batchable(ops):
+            self._session.execute_many([release_statements(op) for op in ops])
+            return
         for op in ops:
             if op.kind is OpKind.SESSION:
                 self._churn.pop(op.ticket).end()
@@ -169,8 +187,9 @@ class LockserverSyncOps:
 
 
 class LockserverAsyncOps:
-    """Workload ops of one task over a trio client; a batch of D ops runs as D concurrent
-    executes, i.e. D requests pipelined on the task's connection."""
+    """Workload ops of one task over a trio client: a batch of D ops is one ``execute_many``
+    (D requests in one write, one wake-up when the last reply is in); session-churn batches
+    run as D concurrent calls, i.e. D requests pipelined on the task's connection."""
 
     def __init__(self, client: Any, session: AsyncSession) -> None:
         self._client = client
@@ -190,6 +209,9 @@ class LockserverAsyncOps:
         """Try to acquire every op's lock (never waiting); which ones succeeded."""
         if len(ops) == 1:
             return [await self._acquire_one(ops[0])]
+        if _batchable(ops):
+            results = await self._session.execute_many([acquire_statements(op) for op in ops])
+            return [r.ok for r in results]
         out = [False] * len(ops)
 
         async def one(i: int, op: Op) -> None:
@@ -213,6 +235,9 @@ class LockserverAsyncOps:
         """Release every op's lock (session-churn: end its session)."""
         if len(ops) == 1:
             await self._release_one(ops[0])
+            return
+        if _batchable(ops):
+            await self._session.execute_many([release_statements(op) for op in ops])
             return
         async with trio.open_nursery() as nursery:
             for op in ops:

@@ -212,8 +212,7 @@ async def task_loop(
             continue
         lat = perf() - t0
         rec.requests += n
-        for _ in range(n):
-            rec.hist.record_ns(lat)
+        rec.hist.record_us(lat // 1000, n)  # one latency per request of the batch
         if got is not None:
             held = [op for op, ok in zip(ops, got, strict=True) if ok]
             rec.acquires += n
@@ -234,8 +233,7 @@ async def task_loop(
                     continue
                 lat = perf() - t0
                 rec.requests += len(held)
-                for _ in held:
-                    rec.hist.record_ns(lat)
+                rec.hist.record_us(lat // 1000, len(held))
         rec.ops += n
 
 
@@ -258,8 +256,7 @@ def sync_loop(backend: SyncOps, stream: Any, rec: Recorder, pipeline: int, hold:
             continue
         lat = perf() - t0
         rec.requests += n
-        for _ in range(n):
-            rec.hist.record_ns(lat)
+        rec.hist.record_us(lat // 1000, n)  # one latency per request of the batch
         if got is not None:
             held = [op for op, ok in zip(ops, got, strict=True) if ok]
             rec.acquires += n
@@ -280,8 +277,7 @@ def sync_loop(backend: SyncOps, stream: Any, rec: Recorder, pipeline: int, hold:
                     continue
                 lat = perf() - t0
                 rec.requests += len(held)
-                for _ in held:
-                    rec.hist.record_ns(lat)
+                rec.hist.record_us(lat // 1000, len(held))
         rec.ops += n
 
 

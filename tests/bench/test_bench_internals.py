@@ -4,11 +4,17 @@ transaction and script mapping of each op kind."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from benchmarks.lockbench._blaster import lockserver_ring, resp
-from benchmarks.lockbench._lockserver import acquire_statements, release_statements
+from benchmarks.lockbench._lockserver import (
+    LockserverAsyncOps,
+    LockserverSyncOps,
+    acquire_statements,
+    release_statements,
+)
 from benchmarks.lockbench._profile import format_summary, profile_report, summarize
 from benchmarks.lockbench._redis import SCRIPTS, acquire_call, release_call
 from benchmarks.lockbench._runner import split, timeline_from
@@ -117,6 +123,58 @@ def test_ping_takes_no_lock() -> None:
     for mapping in (acquire_statements, release_statements, acquire_call, release_call):
         with pytest.raises(ValueError, match="takes no lock"):
             mapping(Op(OpKind.PING, (), "t"))
+
+
+class _Ok:
+    ok = True
+
+
+class _SessionLog:
+    """Stands in for a client session: records which call each batch of ops became."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, int]] = []
+
+    def execute(self, ns: str, statements: Any) -> _Ok:
+        self.log.append(("execute", 1))
+        return _Ok()
+
+    def execute_many(self, calls: Any) -> list[_Ok]:
+        calls = list(calls)
+        assert all(type(c) is tuple and len(c) == 2 for c in calls)
+        self.log.append(("execute_many", len(calls)))
+        return [_Ok() for _ in calls]
+
+
+class _AsyncSessionLog(_SessionLog):
+    async def execute(self, ns: str, statements: Any) -> _Ok:  # type: ignore[override]
+        return super().execute(ns, statements)
+
+    async def execute_many(self, calls: Any) -> list[_Ok]:  # type: ignore[override]
+        return super().execute_many(calls)
+
+
+def test_sync_ops_send_a_batch_as_one_execute_many() -> None:
+    """--pipeline D: D lock ops of the task's session go out as one execute_many (acquire and
+    release); a single op stays one execute."""
+    session = _SessionLog()
+    ops = LockserverSyncOps(None, session)  # type: ignore[arg-type]
+    batch = [Op(OpKind.MUTEX, (f"k{i}",), f"t{i}") for i in range(4)]
+    assert ops.acquire(batch) == [True] * 4
+    ops.release(batch)
+    assert ops.acquire(batch[:1]) == [True]
+    assert session.log == [("execute_many", 4), ("execute_many", 4), ("execute", 1)]
+
+
+async def test_async_ops_send_a_batch_as_one_execute_many() -> None:
+    """The trio ops: a batch of rwlock ops is one execute_many each way (no task per op)."""
+    session = _AsyncSessionLog()
+    ops = LockserverAsyncOps(None, session)  # type: ignore[arg-type]
+    batch = [Op(OpKind.READ if i % 2 else OpKind.WRITE, (f"k{i}",), f"t{i}") for i in range(6)]
+    assert await ops.acquire(batch) == [True] * 6
+    await ops.release(batch)
+    assert await ops.acquire(batch[:1]) == [True]
+    assert session.log == [("execute_many", 6), ("execute_many", 6), ("execute", 1)]
 
 
 def test_the_blast_ring_is_made_of_valid_requests() -> None:

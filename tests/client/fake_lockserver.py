@@ -46,6 +46,9 @@ class FakeServer:
         self.host = "127.0.0.1"
         self.port = 0
         self.hold = False  # read requests but answer none (they stay "in flight")
+        # Answer this many more requests, then hold the rest (as ``hold``): a batch that is
+        # partly answered when the connection drops. None: no limit.
+        self.hold_after: int | None = None
         self.reverse = False  # answer each received batch in reverse order
         self.hello_error: ErrorCode | None = None  # refuse the handshake with this code
         self.held: list[tuple[Any, trio.SocketStream]] = []  # (request, its connection)
@@ -123,6 +126,11 @@ class FakeServer:
                     if msg is None:
                         break
                     self.received.append(msg)
+                    if self.hold_after is not None:
+                        if self.hold_after == 0:
+                            self.hold, self.hold_after = True, None
+                        else:
+                            self.hold_after -= 1
                     if self.hold:
                         self.held.append((msg, stream))
                         continue
