@@ -90,6 +90,8 @@ class Client:
         "outbox",
         "principal",
         "proto",
+        "read_done",
+        "read_error",
         "read_scope",
         "send_timeout",
         "sessions",
@@ -134,6 +136,8 @@ class Client:
         self.eof = False  # the peer half-closed
         self.dead = False  # dropped or closed: send nothing more
         self.read_scope = trio.CancelScope()  # the reader runs inside it
+        self.read_done: trio.Event | None = None  # set by the poller: stop reading (server)
+        self.read_error: Exception | None = None  # an unexpected error while reading
         self.nursery: trio.Nursery | None = None  # the connection's tasks (reader, writer)
 
     # --- sending ------------------------------------------------------------------------------

@@ -21,13 +21,14 @@ from ._codec import (
     pack,
     request_from_wire,
     request_to_wire,
+    result_to_wire,
     server_message_from_wire,
     server_message_to_wire,
     unpack,
 )
 from ._errors import ProtocolError
 from ._framing import DEFAULT_MAX_FRAME, FrameBuffer, frame
-from ._messages import Request, ServerMessage
+from ._messages import Request, ServerMessage, TransactionResult
 
 __all__ = ["Role", "Connection"]
 
@@ -114,3 +115,8 @@ class Connection:
         else:
             wire = request_to_wire(message)  # type: ignore[arg-type]
         return frame(pack(wire))
+
+    def send_result(self, request_id: int, body: TransactionResult) -> bytes:
+        """The framed bytes of ``Reply(request_id, body)`` (server role), without building the
+        Reply: the server's per-transaction path."""
+        return frame(pack(result_to_wire(request_id, body)))

@@ -255,6 +255,19 @@ def test_request_round_trip(request: Any, cuts: list[int]) -> None:
 
 
 @RELAXED
+@given(uint64, results)
+def test_send_result_is_the_bytes_of_send_reply(rid: int, body: TransactionResult) -> None:
+    """The server's shortcut (no Reply object, enums and tuples packed as they are) writes
+    byte for byte what send(Reply(...)) writes, and it decodes to that reply."""
+    server = Connection(Role.SERVER)
+    data = server.send_result(rid, body)
+    assert data == server.send(Reply(rid, body))
+    client = Connection(Role.CLIENT)
+    client.receive_data(data)
+    assert client.next_message() == Reply(rid, body)
+
+
+@RELAXED
 @given(server_messages, st.lists(st.integers(0, 10_000), max_size=8))
 def test_server_message_round_trip(message: Any, cuts: list[int]) -> None:
     """Any valid server message encoded by a server decodes to an equal message on the

@@ -220,6 +220,36 @@ async def test_internal_error_closes_only_that_connection(
     assert "simulated engine bug" in str(records[0].exc_info[1])
 
 
+async def test_error_outside_any_request_closes_only_that_connection(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unexpected exception in the reading machinery itself (not while serving one
+    request): that connection is closed and the traceback logged; the shared poller goes on
+    reading every other connection."""
+    shell: Any = server._shell
+    real_process = shell._process
+
+    def process(c: Any, data: Any) -> bool:
+        if b"boom" in bytes(data):
+            raise RuntimeError("simulated reader bug")
+        return bool(real_process(c, data))
+
+    monkeypatch.setattr(shell, "_process", process)
+    with trio.fail_after(5):
+        async with await WireClient.connect(server) as bystander:
+            assert (await bystander.execute("calm", LOCK)).ok
+            async with await WireClient.connect(server) as c:
+                await c.send(c.execute_message("boom", [LOCK]))
+                assert await c.read_until_closed() == []
+            await bystander.ping()
+            assert (await bystander.execute("calm2", LOCK)).ok is False  # still held by calm
+            await wait_for(lambda: server.statistics()["server"]["connections"] == 1)
+    assert server.statistics()["server"]["internal_errors"] == 1
+    assert server.statistics()["engine"]["sessions"] == 2  # boom never reached the engine
+    assert [r.levelno for r in caplog.records if r.levelno >= logging.ERROR] == [logging.ERROR]
+    assert "simulated reader bug" in caplog.text  # the traceback is in the log
+
+
 async def test_peer_reset_does_not_disturb_the_server(server: RunningServer) -> None:
     """A client that vanishes abruptly (RST) is forgotten; others carry on."""
     with trio.fail_after(5):

@@ -3,6 +3,7 @@ and pipelining."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import trio
@@ -103,7 +104,7 @@ async def test_end_session_reports_whether_it_existed(server: RunningServer) -> 
 
 
 async def test_statistics_sections(server: RunningServer) -> None:
-    """GetStatistics -> Statistics with the server, waiting, trust, engine and limits
+    """GetStatistics -> Statistics with the server, waiting, trust, engine, limits and gc
     sections."""
     with trio.fail_after(5):
         async with await WireClient.connect(server) as c:
@@ -111,7 +112,7 @@ async def test_statistics_sections(server: RunningServer) -> None:
             body = await c.call(GetStatistics(c.rid()))
     assert isinstance(body, Statistics)
     values = body.values
-    assert set(values) == {"server", "waiting", "trust", "engine", "limits"}
+    assert set(values) == {"server", "waiting", "trust", "engine", "limits", "gc"}
     srv = values["server"]
     for key in (
         "uptime",
@@ -133,7 +134,8 @@ async def test_statistics_sections(server: RunningServer) -> None:
     assert values["engine"]["sessions"] == 1
     assert values["limits"]["max_frame"] == server.config.max_frame
     doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
-    for section in ("server", "trust", "engine", "limits"):
+    assert len(values["gc"]["collections"]) == 3
+    for section in ("server", "trust", "engine", "limits", "gc"):
         for key in values[section]:
             assert f"`{key}`" in doc, f"statistics key {section}.{key} is not documented"
     with trio.fail_after(5):
@@ -302,3 +304,14 @@ async def test_half_closed_client_still_gets_its_replies(server: RunningServer) 
             await c.stream.send_eof()
             messages = await c.read_until_closed()
     assert [m.request_id for m in messages] == [m.request_id for m in msgs]  # type: ignore[union-attr]
+
+
+async def test_statistics_report_garbage_collector_pauses(server: RunningServer) -> None:
+    """A full collection while serving shows up in the gc section: one more generation-2
+    collection, its pause counted in the total and bounding the maximum."""
+    before = server.statistics()["gc"]
+    gc.collect()
+    after = server.statistics()["gc"]
+    assert after["collections"][2] == before["collections"][2] + 1
+    assert after["pause_total_ms"][2] > before["pause_total_ms"][2]
+    assert 0 < after["pause_max_ms"][2] <= after["pause_total_ms"][2]
