@@ -62,6 +62,7 @@ from protocol import (
     Transaction,
     TransactionResult,
     Welcome,
+    encode_execute,
     frame,
     pack,
     request_to_wire,
@@ -465,16 +466,18 @@ class SessionState:
         wait: float | None,
     ) -> tuple[int, bytes]:
         self._check_open()
-        tx = Transaction(
+        rid = self._core.next_id()
+        data = encode_execute(
+            rid,
+            self._spec,
             namespace,
             statements,
             transaction_id="" if transaction_id is None else transaction_id,
             description=description,
             min_uptime=min_uptime,
             min_trust=min_trust,
+            wait=wait,
         )
-        rid = self._core.next_id()
-        data = _encode(Execute(rid, self._spec, tx, wait))
         self._namespace = namespace
         return rid, data
 
@@ -497,19 +500,22 @@ class SessionState:
                         f"(namespace, statements, transaction_id), got {call!r:.80}"
                     )
                 tx_id = call[2] if len(call) == 3 else None
-                tx = Transaction(
-                    call[0],
-                    call[1],
-                    transaction_id="" if tx_id is None else tx_id,
-                    min_uptime=min_uptime,
-                    min_trust=min_trust,
-                )
                 rid = next_id()
-                frames.append(_encode(Execute(rid, spec, tx)))
+                frames.append(
+                    encode_execute(
+                        rid,
+                        spec,
+                        call[0],
+                        call[1],
+                        transaction_id="" if tx_id is None else tx_id,
+                        min_uptime=min_uptime,
+                        min_trust=min_trust,
+                    )
+                )
             except (TypeError, ValueError) as exc:
                 raise type(exc)(f"calls[{i}]: {exc}") from exc
             rids.append(rid)
-            namespace = tx.namespace
+            namespace = call[0]
         if namespace is not None:
             self._namespace = namespace
         return rids, b"".join(frames)

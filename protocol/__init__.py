@@ -3,6 +3,7 @@ tree vocabulary. Pure and sans-I/O (no sockets, no clock). See PROTOCOL.md."""
 
 from ._codec import DEFAULT_TREE_LIMITS as DEFAULT_TREE_LIMITS
 from ._codec import TreeLimits as TreeLimits
+from ._codec import encode_execute as encode_execute
 from ._codec import node_from_wire as node_from_wire
 from ._codec import node_to_wire as node_to_wire
 from ._codec import pack as pack
@@ -93,6 +94,7 @@ __all__ = [
     "node_from_wire",
     "statements_from_wire",
     "request_to_wire",
+    "encode_execute",
     "request_from_wire",
     "server_message_to_wire",
     "server_message_from_wire",

@@ -14,13 +14,14 @@ optional arguments may be omitted.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import attrs
 import msgpack
 
 from ._errors import ErrorCode, ProtocolError
+from ._framing import frame
 from ._messages import (
     DEFAULT_SESSION_MAX_AGE,
     Cancel,
@@ -73,6 +74,7 @@ from ._ops import (
 )
 
 __all__ = [
+    "encode_execute",
     "result_to_wire",
     "TreeLimits",
     "DEFAULT_TREE_LIMITS",
@@ -671,29 +673,18 @@ def request_to_wire(req: Request) -> dict[str, Any]:
     t = type(req)
     if t is Execute:
         e: Any = req
-        s, tx = e.session, e.transaction
-        out: dict[str, Any] = {
-            "type": "execute",
-            "id": e.request_id,
-            "session": s.session_id,
-            "namespace": tx.namespace,
-            "statements": [node_to_wire(st) for st in tx.statements],
-        }
-        if s.max_age != DEFAULT_SESSION_MAX_AGE:
-            out["max_age"] = s.max_age
-        if s.description:
-            out["session_description"] = s.description
-        if tx.transaction_id:
-            out["tx_id"] = tx.transaction_id
-        if tx.description:
-            out["description"] = tx.description
-        if tx.min_uptime:
-            out["min_uptime"] = tx.min_uptime
-        if tx.min_trust:
-            out["min_trust"] = tx.min_trust
-        if e.wait is not None:
-            out["wait"] = e.wait
-        return out
+        tx = e.transaction
+        return _execute_wire(
+            e.request_id,
+            e.session,
+            tx.namespace,
+            [node_to_wire(st) for st in tx.statements],
+            tx.transaction_id,
+            tx.description,
+            tx.min_uptime,
+            tx.min_trust,
+            e.wait,
+        )
     if t is Hello:
         h: Any = req
         out = {"type": "hello", "id": h.request_id, "version": h.version, "client": h.client_name}
@@ -709,6 +700,111 @@ def request_to_wire(req: Request) -> dict[str, Any]:
     if t is Cancel:
         return {"type": "cancel", "id": req.request_id, "target": req.target_id}  # type: ignore[union-attr]
     raise TypeError(f"not a request: {req!r}")
+
+
+def _execute_wire(
+    rid: int,
+    s: SessionSpec,
+    namespace: str,
+    statements: list[Any],
+    tx_id: str,
+    description: str,
+    min_uptime: float,
+    min_trust: float,
+    wait: float | None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "type": "execute",
+        "id": rid,
+        "session": s.session_id,
+        "namespace": namespace,
+        "statements": statements,
+    }
+    if s.max_age != DEFAULT_SESSION_MAX_AGE:
+        out["max_age"] = s.max_age
+    if s.description:
+        out["session_description"] = s.description
+    if tx_id:
+        out["tx_id"] = tx_id
+    if description:
+        out["description"] = description
+    if min_uptime:
+        out["min_uptime"] = min_uptime
+    if min_trust:
+        out["min_trust"] = min_trust
+    if wait is not None:
+        out["wait"] = wait
+    return out
+
+
+def encode_execute(
+    request_id: int,
+    session: SessionSpec,
+    namespace: str,
+    statements: Iterable[Statement],
+    *,
+    transaction_id: str = "",
+    description: str = "",
+    min_uptime: float = 0.0,
+    min_trust: float = 0.0,
+    wait: float | None = None,
+) -> bytes:
+    """The framed bytes of ``Execute(request_id, session, Transaction(namespace, statements,
+    ...), wait)``, validated exactly as building those would validate them (same errors), but
+    without building them: the client's per-call path.
+
+    Why: the two validated frozen objects cost more than the encoding itself, and a client
+    builds them only to encode them at once. Anything unusual (a statement sequence that is
+    not a list or tuple, a value needing a precise error) takes the building path.
+    """
+    if (
+        type(request_id) is int
+        and 0 <= request_id <= _MAX_ID
+        and type(session) is SessionSpec
+        and type(namespace) is str
+        and (type(statements) is list or type(statements) is tuple)
+        and type(transaction_id) is str
+        and type(description) is str
+        and (type(min_uptime) is float or type(min_uptime) is int)
+        and 0 <= min_uptime < math.inf
+        and (type(min_trust) is float or type(min_trust) is int)
+        and 0 <= min_trust <= 1
+        and (wait is None or ((type(wait) is float or type(wait) is int) and 0 <= wait < math.inf))
+        and namespace.strip()
+    ):
+        wire_statements = []
+        for st in statements:
+            if not isinstance(st, Statement):
+                break
+            wire_statements.append(node_to_wire(st))
+        else:
+            return frame(
+                _packer.pack(
+                    _execute_wire(
+                        request_id,
+                        session,
+                        namespace,
+                        wire_statements,
+                        transaction_id,
+                        description,
+                        min_uptime,
+                        min_trust,
+                        wait,
+                    )
+                )
+            )
+    tx = Transaction(
+        namespace,
+        statements,
+        transaction_id=transaction_id,
+        description=description,
+        min_uptime=min_uptime,
+        min_trust=min_trust,
+    )
+    return frame(pack(request_to_wire(Execute(request_id, session, tx, wait))))
+
+
+_MAX_ID: Final = 2**64 - 1
 
 
 # --- the execute fast path ----------------------------------------------------------------------
@@ -943,8 +1039,70 @@ def server_message_to_wire(msg: ServerMessage) -> dict[str, Any]:
     raise TypeError(f"not a server message: {msg!r}")
 
 
+# The result fast path (the client's hot reply): every field present with its plain type
+# builds the reply without validators; anything else goes the general way for its precise
+# error. Status and cause map through tables (True would pass a dict lookup as 1, hence the
+# explicit int checks).
+_STATUS_BY_INT: Final = {int(s): s for s in Status}
+_CAUSE_BY_INT: Final = {int(c): c for c in Cause}
+_mk_result: Final = _unchecked_maker(TransactionResult)
+_mk_reply: Final = _unchecked_maker(Reply)
+
+
+def _real(value: Any) -> bool:
+    t = type(value)
+    return t is int or (t is float and not math.isnan(value))
+
+
+def _fast_result(w: dict[str, Any]) -> Reply | None:
+    get = w.get
+    rid = get("id")
+    status = get("status")
+    cause = get("cause")
+    tx_id = get("tx_id")
+    host = get("host")
+    uptime = get("uptime")
+    trust = get("trust")
+    failed = get("failed")
+    data = get("data")
+    fence = get("fence")
+    valid_until = get("valid_until")
+    if (
+        type(rid) is not int
+        or type(status) is not int
+        or type(cause) is not int
+        or type(tx_id) is not str
+        or type(host) is not str
+        or type(data) is not list
+        or type(fence) is not int
+        or not _real(uptime)
+        or not _real(trust)
+        or (failed is not None and type(failed) is not str)
+        or (valid_until is not None and not _real(valid_until))
+    ):
+        return None
+    status = _STATUS_BY_INT.get(status)
+    cause = _CAUSE_BY_INT.get(cause)
+    if status is None or cause is None:
+        return None
+    pairs: tuple[tuple[str, Any], ...] = ()
+    if data:
+        items = []
+        for item in data:
+            if type(item) is not list or len(item) != 2 or type(item[0]) is not str:
+                return None
+            items.append((item[0], item[1]))
+        pairs = tuple(items)
+    body = _mk_result(status, cause, tx_id, host, uptime, trust, failed, pairs, fence, valid_until)
+    return _mk_reply(rid, body)  # type: ignore[no-any-return]
+
+
 def server_message_from_wire(wire: Any) -> ServerMessage:
     """Decode a received reply, error reply or event (the client's side)."""
+    if type(wire) is dict and len(wire) == 12 and wire.get("type") == "result":
+        fast = _fast_result(wire)
+        if fast is not None:
+            return fast
     if type(wire) is not dict:
         raise ProtocolError(
             ErrorCode.INVALID_MESSAGE, f"a server message must be a map, got {_wire_type(wire)}"

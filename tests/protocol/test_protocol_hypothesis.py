@@ -54,11 +54,13 @@ from protocol import (
     TreeLimits,
     Welcome,
     Xor,
+    encode_execute,
     frame,
     node_from_wire,
     node_to_wire,
     pack,
     request_to_wire,
+    server_message_from_wire,
     server_message_to_wire,
 )
 
@@ -265,6 +267,120 @@ def test_send_result_is_the_bytes_of_send_reply(rid: int, body: TransactionResul
     client = Connection(Role.CLIENT)
     client.receive_data(data)
     assert client.next_message() == Reply(rid, body)
+
+
+@RELAXED
+@given(uint64, sessions, transactions, st.none() | non_negative)
+def test_encode_execute_is_the_bytes_of_send_execute(
+    rid: int, session: SessionSpec, tx: Transaction, wait: float | None
+) -> None:
+    """The client's shortcut (no Transaction / Execute built) writes byte for byte what
+    send(Execute(...)) writes, for statements given as a tuple, a list or a generator."""
+    expected = Connection(Role.CLIENT).send(Execute(rid, session, tx, wait))
+    for statements in (tx.statements, list(tx.statements), (s for s in tx.statements)):
+        data = encode_execute(
+            rid,
+            session,
+            tx.namespace,
+            statements,
+            transaction_id=tx.transaction_id,
+            description=tx.description,
+            min_uptime=tx.min_uptime,
+            min_trust=tx.min_trust,
+            wait=wait,
+        )
+        assert data == expected
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"namespace": " "}, ValueError),
+        ({"namespace": 7}, TypeError),
+        ({"statements": [SetVar("t", "v")]}, TypeError),  # an operator, not a statement
+        ({"statements": [Abort(), "Abort"]}, TypeError),
+        ({"transaction_id": None}, TypeError),
+        ({"min_uptime": math.inf}, ValueError),
+        ({"min_uptime": -1}, ValueError),
+        ({"min_trust": 1.5}, ValueError),
+        ({"min_trust": True}, ValueError),
+        ({"wait": math.nan}, ValueError),
+        ({"request_id": -1}, ValueError),
+        ({"request_id": 2**64}, ValueError),
+    ],
+)
+def test_encode_execute_refuses_what_the_messages_refuse(
+    change: dict[str, Any], error: type[Exception]
+) -> None:
+    """An invalid argument raises what building Transaction / Execute raises, same message."""
+    args: dict[str, Any] = {
+        "request_id": 1,
+        "session": SessionSpec("s"),
+        "namespace": "ns",
+        "statements": [Abort()],
+        "transaction_id": "",
+        "description": "",
+        "min_uptime": 0.0,
+        "min_trust": 0.0,
+        "wait": None,
+    }
+    args.update(change)
+    with pytest.raises(error) as fast:
+        encode_execute(
+            args.pop("request_id"),
+            args.pop("session"),
+            args.pop("namespace"),
+            args.pop("statements"),
+            **args,
+        )
+    args = {"transaction_id": "", "description": "", "min_uptime": 0.0, "min_trust": 0.0}
+    args.update({k: v for k, v in change.items() if k in args})
+    with pytest.raises(error) as built:
+        tx = Transaction(change.get("namespace", "ns"), change.get("statements", [Abort()]), **args)
+        Execute(change.get("request_id", 1), SessionSpec("s"), tx, change.get("wait"))
+    assert str(fast.value) == str(built.value)
+
+
+@RELAXED
+@given(uint64, results)
+def test_result_fast_path_decodes_like_the_general_path(rid: int, body: TransactionResult) -> None:
+    """A result reply decodes to the same Reply through the fast path (exactly the 12 fields)
+    and through the general one (taken when an unknown extra field is present, which the
+    client tolerates for forward compatibility)."""
+    wire = server_message_to_wire(Reply(rid, body))
+    assert server_message_from_wire(wire) == Reply(rid, body)
+    assert server_message_from_wire({**wire, "future_field": 1}) == Reply(rid, body)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"status": True},
+        {"status": 99},
+        {"cause": 2.0},
+        {"uptime": math.nan},
+        {"trust": "1"},
+        {"valid_until": math.nan},
+        {"failed": 3},
+        {"data": [["a"]]},
+        {"data": [[1, 2]]},
+        {"data": {}},
+        {"fence": 1.0},
+        {"tx_id": None},
+        {"id": "1"},
+    ],
+)
+def test_result_fast_path_refuses_what_the_general_path_refuses(change: dict[str, Any]) -> None:
+    """A malformed result is not accepted by the fast path: the general path answers with its
+    precise error (the same one as with an extra field, which skips the fast path)."""
+    body = TransactionResult(Status.TRANSACTION_OK, Cause.UNSPECIFIED, "", "h", 1.0, 1.0)
+    wire = {**server_message_to_wire(Reply(1, body)), **change}
+    with pytest.raises(ProtocolError) as fast:
+        server_message_from_wire(wire)
+    with pytest.raises(ProtocolError) as general:
+        server_message_from_wire({**wire, "future_field": 1})
+    assert fast.value.code == general.value.code == ErrorCode.INVALID_MESSAGE
+    assert str(fast.value) == str(general.value)
 
 
 @RELAXED

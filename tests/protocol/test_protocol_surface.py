@@ -120,6 +120,7 @@ PUBLIC = {
     "node_from_wire",
     "statements_from_wire",
     "request_to_wire",
+    "encode_execute",
     "request_from_wire",
     "server_message_to_wire",
     "server_message_from_wire",
