@@ -261,6 +261,8 @@ class _Shell:
     ) -> None:
         now = trio.current_time()
         self.config = config
+        self.max_session_age = config.max_session_age  # read per execute
+        self.max_wait = config.max_wait
         self.ssl_context = ssl_context
         # None: no tokens configured, every connection is ANONYMOUS and may do everything.
         self.auth = Authenticator(config.tokens) if config.tokens else None
@@ -682,7 +684,7 @@ class _Shell:
 
     def _execute(self, c: Client, msg: Execute, now: float) -> bytes:
         session = msg.session
-        if session.max_age > self.config.max_session_age:
+        if session.max_age > self.max_session_age:
             return self._invalid(
                 c,
                 msg.request_id,
@@ -691,7 +693,7 @@ class _Shell:
                 f"max_session_age of {self.config.max_session_age:g} s",
             )
         wait = msg.wait
-        if wait is not None and wait > self.config.max_wait:
+        if wait is not None and wait > self.max_wait:
             return self._invalid(
                 c,
                 msg.request_id,
@@ -707,9 +709,10 @@ class _Shell:
         trust.record_call(now)
         sid = session.session_id
         rid = msg.request_id
+        token = (c, rid)
         try:
             answers = self.waits.submit(
-                c, (c, rid), session, msg.transaction, now=now, trust=trust.trust(now), wait=wait
+                c, token, session, msg.transaction, now=now, trust=trust.trust(now), wait=wait
             )
         finally:
             # First use of a session on this connection: remember it for LockLost routing
@@ -718,16 +721,16 @@ class _Shell:
                 self._use(c, sid)
             if self.auth is not None and sid not in self.owners and sid in self.engine.sessions:
                 self.owners[sid] = c.principal.name
-        if len(answers) == 1 and answers[0][0] == (c, rid):
+        if len(answers) == 1 and answers[0][0] is token:
             return c.proto.send_result(rid, answers[0][1])  # the common case, nothing parked
         own = bytearray()
         if wait is not None and wait > 0 and self.wait_scope is not None:
             deadline = now + wait
             self.wait_scope.deadline = min(self.wait_scope.deadline, deadline)
-        for token, result in answers:
+        for answered, result in answers:
             conn: Client
             conn_rid: int
-            conn, conn_rid = token  # type: ignore[misc]
+            conn, conn_rid = answered  # type: ignore[misc]
             if conn is c:
                 own += c.proto.send_result(conn_rid, result)
             else:
