@@ -18,16 +18,13 @@ Why / rules kept (issue #3, STYLE.md):
 
 Theory of operation
 ===================
-**Sockets.** Each connection is a plain non-blocking stdlib socket driven with
-``trio.lowlevel.wait_readable`` / ``wait_writable``. The issue measured trio's Stream layer at
-~26 us of server CPU per request; on a trivial framed echo at 64 connections (2-core dev box)
-``trio.socket`` ``recv_into``/``send`` cost ~12 us per request and this ~7-8 us. A trio socket
-call yields to the scheduler on *every* successful syscall; here the only yields are one
-checkpoint per batch (fairness: a flooding client cannot starve the others, and the other
-connections' data piles up meanwhile, so the next ``recv`` usually succeeds without an epoll
-registration) and the waits for readiness. One 64 KiB receive buffer is shared by all
-connections: a batch is decoded synchronously before the next await, so nobody else can touch
-it meanwhile. TCP_NODELAY is set: replies are complete frames and must not wait for Nagle.
+**Sockets.** Each connection is a plain non-blocking stdlib socket; no trio Stream or trio
+socket wraps it. The issue measured trio's Stream layer at ~26 us of server CPU per request,
+and a trio socket yields to the scheduler on *every* successful syscall. Here the only yields
+are the poller's (or a TLS reader's) waits for readiness, once per batch. One 64 KiB receive
+buffer is shared by all connections: a batch is decoded synchronously before the next await,
+so nobody else can touch it meanwhile. TCP_NODELAY is set: replies are complete frames and
+must not wait for Nagle.
 
 **Reading.** Every plain connection is read by ONE poller task (Linux): the sockets sit in
 a private level-triggered ``select.epoll`` whose own fd trio watches; on each wake-up the
@@ -35,9 +32,9 @@ poller takes up to ``_POLL_BATCH`` ready sockets and, for each, does one ``recv_
 the sans-I/O ``protocol.Connection``, decodes and executes every complete frame, appends every
 reply to the connection's outbox and sends the outbox with one ``send`` — all synchronously.
 Why: a task per connection costs, per request, a trio task switch and an ``epoll_ctl``
-re-arm (trio registers one-shot), which was most of the ~28 us of server CPU per request with
-64 unpipelined connections; one wake-up now serves every connection that has data, and a
-socket stays registered while it lives. Each connection still has its task (handshake,
+re-arm (trio registers one-shot); one wake-up now serves every connection that has data, and
+a socket stays registered while it lives (measured with 64 unpipelined connections: 25-28 ->
+21 us of server CPU per request). Each connection still has its task (handshake,
 closing, lingering): it parks on an Event the poller sets at EOF, error or a close. A
 connection that sent more than one buffer's worth stays ready (level-triggered) and gets its
 next turn in the next pass, after the others and the timers (fairness). TLS connections,
