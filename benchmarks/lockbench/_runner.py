@@ -32,7 +32,7 @@ from ._profile import profile_report, profiled
 from ._results import Result
 from ._sampler import Sample, Sampler, ServerProbe
 from ._spawn import ServerProcess, find_pid_by_port, spawned
-from ._targets import Backend, Target, check_loopback
+from ._targets import Target, check_loopback
 from ._worker import Gate, Recorder, WorkerReport, WorkerSpec, run_worker
 from ._workloads import WORKLOADS, WorkloadParams
 
@@ -118,17 +118,13 @@ class RunConfig:
             )
         if self.client not in ("auto", "sync", "async"):
             raise ValueError(f"--client must be auto, sync or async, got {self.client!r}")
-        if self.client_kind == "sync":
-            if self.tasks != self.processes or self.connections != self.processes:
-                raise ValueError(
-                    "the sync client runs one task on one connection per process: "
-                    "use --concurrency = --connections = --processes, or --client async"
-                )
-            if self.pipeline > 1 and self.target.backend is Backend.LOCKSERVER:
-                raise ValueError(
-                    "lockserver's sync client sends one request at a time: "
-                    "use --client async to pipeline"
-                )
+        if self.client_kind == "sync" and (
+            self.tasks != self.processes or self.connections != self.processes
+        ):
+            raise ValueError(
+                "the sync client runs one task on one connection per process: "
+                "use --concurrency = --connections = --processes, or --client async"
+            )
         spec = WORKLOADS[self.workload]
         keys = spec.default_keys if self.params.keys is None else self.params.keys
         if keys < spec.min_keys:

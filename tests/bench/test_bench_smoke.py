@@ -105,12 +105,18 @@ def test_two_processes(lockserver: ServerProcess) -> None:
     assert r.params["processes"] == 2
 
 
+def test_sync_client_pipelines_with_execute_many(lockserver: ServerProcess) -> None:
+    """--client sync --pipeline 4: the sync face sends each batch with execute_many."""
+    r = run(_config(lockserver, Backend.LOCKSERVER, "mutex-uncontended", client="sync", pipeline=4))
+    _check(r.ops, r.errors, r.error_samples)
+    assert r.params["pipeline"] == 4
+
+
 def test_bad_shapes_are_refused(lockserver: ServerProcess) -> None:
     """Impossible shapes fail before connecting, naming the option."""
     for kw, message in (
         ({"connections": 4, "concurrency": 2}, "--concurrency"),
         ({"client": "sync", "connections": 2}, "sync client"),
-        ({"client": "sync", "pipeline": 2}, "pipeline"),
         ({"processes": 3, "connections": 2}, "--processes"),
         ({"count": 0}, "--count"),
         ({"duration": 0.0}, "--duration"),
