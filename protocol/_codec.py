@@ -811,11 +811,14 @@ _MAX_ID: Final = 2**64 - 1
 # Execute is the hot request. The fast path checks the common, well-formed shape inline and
 # builds the (already validated) values without running the validators a second time; any
 # irregularity returns None and the general path below produces the precise error. Session
-# specs repeat across requests, so they are interned (bounded).
+# specs repeat across requests, so they are interned, bounded in count AND in size: a spec with
+# a long id or description is not kept (measured: a fuzzer's 64 KiB descriptions filled the
+# cache with ~40 MiB that no session used).
 
 _EXECUTE_KEYS: Final = _KNOWN_FIELDS["execute"]
 _SESSIONS: dict[tuple[str, float, str], SessionSpec] = {}
 _MAX_INTERNED_SESSIONS: Final = 4096
+_MAX_INTERNED_CHARS: Final = 256  # id + description, per interned spec
 
 
 def _fast_number(value: Any, default: float) -> float | None:
@@ -878,9 +881,11 @@ def _fast_execute(w: dict[str, Any], rid: int, limits: TreeLimits) -> Execute | 
     skey = (sid, max_age, sdesc)
     session = _SESSIONS.get(skey)
     if session is None:
-        if len(_SESSIONS) >= _MAX_INTERNED_SESSIONS:
-            _SESSIONS.clear()
-        session = _SESSIONS[skey] = SessionSpec(sid, max_age, sdesc)
+        session = SessionSpec(sid, max_age, sdesc)
+        if len(sid) + len(sdesc) <= _MAX_INTERNED_CHARS:
+            if len(_SESSIONS) >= _MAX_INTERNED_SESSIONS:
+                _SESSIONS.clear()
+            _SESSIONS[skey] = session
     tx = _mk_transaction(namespace, statements, tx_id, description, min_uptime, min_trust)
     return _mk_execute(rid, session, tx, wait)  # type: ignore[no-any-return]
 

@@ -8,6 +8,7 @@ import pytest
 from protocol import (
     DEFAULT_MAX_FRAME,
     DEFAULT_TREE_LIMITS,
+    Abort,
     Connection,
     ErrorCode,
     ErrorReply,
@@ -202,3 +203,26 @@ def test_send_output_decodes_on_the_other_side() -> None:
     server = Connection(Role.SERVER)
     server.receive_data(data)
     assert server.next_message() == req
+
+
+def test_interned_session_specs_stay_small() -> None:
+    """Decoding reuses SessionSpec objects for repeated sessions, but the cache is bounded in
+    size too: executes with long session descriptions decode correctly and leave at most
+    _MAX_INTERNED_CHARS characters per cached spec (a peer cannot park megabytes in it)."""
+    from protocol import _codec
+
+    server = Connection(Role.SERVER)
+    client = Connection(Role.CLIENT)
+    tx = Transaction("ns", [Abort()])
+    for i in range(300):
+        spec = SessionSpec(f"s{i}", description="d" * 10_000)
+        server.receive_data(client.send(Execute(i, spec, tx)))
+        got = server.next_message()
+        assert isinstance(got, Execute) and got.session == spec
+    short = SessionSpec("short")
+    server.receive_data(client.send(Execute(1, short, tx)) * 2)
+    first, second = server.next_message(), server.next_message()
+    assert isinstance(first, Execute) and isinstance(second, Execute)
+    assert first.session is second.session  # short specs are still interned
+    cached = _codec._SESSIONS
+    assert all(len(sid) + len(desc) <= _codec._MAX_INTERNED_CHARS for sid, _, desc in cached)
