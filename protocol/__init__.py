@@ -1,17 +1,12 @@
 """The lockserver wire protocol: length-prefixed msgpack frames, messages and the transaction
 tree vocabulary. Pure and sans-I/O (no sockets, no clock). See PROTOCOL.md."""
 
-from ._codec import DEFAULT_TREE_LIMITS as DEFAULT_TREE_LIMITS
-from ._codec import TreeLimits as TreeLimits
 from ._codec import encode_execute as encode_execute
-from ._codec import node_from_wire as node_from_wire
-from ._codec import node_to_wire as node_to_wire
 from ._codec import pack as pack
 from ._codec import request_from_wire as request_from_wire
 from ._codec import request_to_wire as request_to_wire
 from ._codec import server_message_from_wire as server_message_from_wire
 from ._codec import server_message_to_wire as server_message_to_wire
-from ._codec import statements_from_wire as statements_from_wire
 from ._codec import unpack as unpack
 from ._connection import Connection as Connection
 from ._connection import Role as Role
@@ -73,6 +68,11 @@ from ._ops import TrueOp as TrueOp
 from ._ops import Waiting as Waiting
 from ._ops import Xor as Xor
 from ._ops import check_value as check_value
+from ._trees import DEFAULT_TREE_LIMITS as DEFAULT_TREE_LIMITS
+from ._trees import TreeLimits as TreeLimits
+from ._trees import node_from_wire as node_from_wire
+from ._trees import node_to_wire as node_to_wire
+from ._trees import statements_from_wire as statements_from_wire
 
 __all__ = [
     # framing and connection

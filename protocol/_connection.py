@@ -16,8 +16,6 @@ import enum
 from typing import Any
 
 from ._codec import (
-    DEFAULT_TREE_LIMITS,
-    TreeLimits,
     pack,
     request_from_wire,
     request_to_wire,
@@ -29,6 +27,7 @@ from ._codec import (
 from ._errors import ProtocolError
 from ._framing import DEFAULT_MAX_FRAME, FrameBuffer, frame
 from ._messages import Request, ServerMessage, TransactionResult
+from ._trees import DEFAULT_TREE_LIMITS, TreeLimits
 
 __all__ = ["Role", "Connection"]
 
