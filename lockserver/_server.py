@@ -374,6 +374,8 @@ class _Shell:
             log.info("stopped")
         finally:
             self.gc_pauses.uninstall()
+            if self.poller is not None:
+                self.poller.close()
             self.closed.set()
 
     @property
@@ -550,13 +552,10 @@ class _Shell:
         wait_readable = trio.lowlevel.wait_readable
         fd = poller.fileno()
         ready = self._read_ready
-        try:
-            while True:
-                await wait_readable(fd)
-                for c in poller.ready():
-                    ready(c)
-        finally:
-            poller.close()
+        while True:
+            await wait_readable(fd)
+            for c in poller.ready():
+                ready(c)
 
     async def _read_loop_task(self, c: Client) -> None:
         sock = c.sock
