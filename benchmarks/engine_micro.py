@@ -11,11 +11,17 @@ visible):
 - ``codec request`` / ``codec reply``: encode + decode of an Execute request and of a
   TransactionResult reply through ``protocol.Connection`` (send, receive_data, next_message);
 - ``acquire @ 1M``: the acquire with ``--fill`` entries already held, plus the resident memory
-  (VmRSS) and bytes per held entry.
+  (VmRSS) and bytes per held entry;
+- ``prefill``: memory per held entry shaped like ``lockbench blast --prefill`` (``--prefill``
+  distinct vars ``pf:<i>`` in table ``Mutex`` with values ``"t<i>"``, 100 SetVars per
+  transaction, 1,000 entries per session), measured in a fresh process (VmRSS growth over the
+  fill, so memory freed by earlier rounds cannot hide any of it), plus the time of one full
+  ``gc.collect()`` with those entries held (what a gen-2 collection costs the server).
 
 Run from the repository root::
 
     python -m benchmarks.engine_micro [--count 100000] [--repeat 5] [--fill 1000000]
+                                      [--prefill 1000000] [--only-prefill]
 
 The issue's target is >= 200,000 simple acquire transactions/s on one core.
 """
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -231,6 +238,38 @@ def filled_rounds(fill: int, count: int, repeat: int) -> tuple[list[float], int,
     return rates, rss_after, rss_after - rss_before
 
 
+PREFILL_PER_TX = 100
+PREFILL_PER_SESSION = 1_000
+
+
+def prefill_memory(n: int) -> tuple[int, float]:
+    """RSS growth (bytes) of filling an engine with ``n`` entries shaped like the blast
+    prefill, and the seconds of one full collection with them held. Run in a fresh process."""
+    gc.collect()
+    rss_before = rss_bytes()
+    engine = Engine(started_at=0.0, limits=BIG)
+    now = NOW
+    for start in range(0, n, PREFILL_PER_TX):
+        stop = min(n, start + PREFILL_PER_TX)
+        spec = SessionSpec(f"prefill-{start // PREFILL_PER_SESSION}", max_age=3600.0)
+        statements = [Assert(SetVar("Mutex", f"pf:{i}", f"t{i}")) for i in range(start, stop)]
+        now += 1e-6
+        result = engine.execute(spec, Transaction("lockbench", statements), now=now)
+        assert result.status is Status.TRANSACTION_OK, result
+    assert engine.entry_count == n
+    gc.collect()
+    used = rss_bytes() - rss_before
+    start_gc = time.perf_counter()
+    gc.collect()
+    return used, time.perf_counter() - start_gc
+
+
+def prefill_in_child(n: int) -> tuple[int, float]:
+    """:func:`prefill_memory` in a fresh interpreter (multiprocessing "spawn")."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(prefill_memory, (n,))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse arguments, run every measurement, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -238,9 +277,23 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--codec-count", type=int, default=50_000, help="messages per round")
     parser.add_argument("--repeat", type=int, default=5, help="rounds per measurement")
     parser.add_argument("--fill", type=int, default=1_000_000, help="entries held (0: skip)")
+    parser.add_argument(
+        "--prefill", type=int, default=1_000_000, help="blast-prefill entries (0: skip)"
+    )
+    parser.add_argument(
+        "--only-prefill", action="store_true", help="measure only the prefill memory"
+    )
     args = parser.parse_args(argv)
 
     table = Table()
+    if args.prefill:
+        print(f"prefill (blast shape): {args.prefill:,} entries in a fresh process ...", flush=True)
+        used, gc_seconds = prefill_in_child(args.prefill)
+        table.value("prefill bytes per held entry", used / args.prefill, "B (RSS growth / entries)")
+        table.value(f"full gc.collect() with {args.prefill:,} held", gc_seconds * 1e3, "ms")
+        if args.only_prefill:
+            table.print()
+            return
     print(f"engine: {args.count:,} transactions x {args.repeat} rounds", flush=True)
     acquires, contended, releases = engine_rounds(args.count, args.repeat)
     table.rate("acquire (3 ops)", acquires)

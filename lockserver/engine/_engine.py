@@ -4,9 +4,9 @@ Why / rules kept (SEMANTICS.md, issue #2):
 - Pure and synchronous: every method that depends on time takes ``now`` (the shell's
   monotonic clock, seconds); nothing here reads a clock, sleeps or does I/O. One ``execute``
   call is one serializable step.
-- Data model: namespace -> table -> variable -> ordered entry list; a session holds at most
-  one entry per (namespace, table, variable) and knows its keys, so ending it costs
-  O(its entries), never O(all data).
+- Data model: namespace -> table -> variable -> ordered entries (stored as the one Entry, or a
+  list of 2+: see _eval.py "Memory notes"); a session holds at most one entry per (namespace,
+  table, variable) and knows its keys, so ending it costs O(its entries), never O(all data).
 - Sessions expire after ``max_age`` seconds idle; entries may carry a TTL. Both deadlines live
   in min-heaps and are processed at the start of every call (and by ``sweep``), so an expired
   session or entry is invisible to the very next transaction and reclaiming costs
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -47,7 +47,17 @@ from protocol import (
     TransactionResult,
 )
 
-from ._eval import S_EXPIRES, S_FENCE, S_OWNER, EngineError, Entry, TxContext
+from ._eval import (
+    S_EXPIRES,
+    S_FENCE,
+    S_OWNER,
+    EngineError,
+    Entry,
+    Slot,
+    TxContext,
+    Vars,
+    as_entries,
+)
 
 __all__ = ["RETRY_MEMORY", "Engine", "EngineLimits", "EngineStatistics"]
 
@@ -97,6 +107,7 @@ class _Session:
     __slots__ = (
         "description",
         "ended",
+        "held",
         "keys",
         "last_touch",
         "max_age",
@@ -110,8 +121,10 @@ class _Session:
         self.max_age = spec.max_age
         self.last_touch = now
         self.ended = False
-        # (namespace, table, var) -> None: an insertion-ordered set of the vars it holds
-        self.keys: dict[tuple[str, str, str], None] = {}
+        # (namespace, table) -> {var: None}: the vars it holds, grouped by table (no empty
+        # group); the var str is the one the table is keyed by (one dict slot per entry)
+        self.keys: dict[tuple[str, str], dict[str, None]] = {}
+        self.held = 0  # how many entries it holds (the size of all groups together)
         # transaction id -> (the Transaction that ran, its result); None until first needed
         self.retry_memory: dict[str, tuple[Transaction, TransactionResult]] | None = None
 
@@ -161,7 +174,7 @@ class Engine:
         # (namespace, table, var) -> {session id: parked transactions of that session holding a
         # SetVar on it}; kept by the WaitQueue, read by the Waiting operator.
         self.pending_sets: dict[tuple[str, str, str], dict[str, int]] = {}
-        self.namespaces: dict[str, dict[str, dict[str, list[Entry]]]] = {}
+        self.namespaces: dict[str, dict[str, Vars]] = {}
         self.sessions: dict[str, _Session] = {}
         self.entry_count = 0
         self.fence = fence_epoch
@@ -412,7 +425,7 @@ class Engine:
                     self._seq += 1
                     heapq.heappush(heap, (deadline, self._seq, s))
                     continue
-                removed += len(s.keys)
+                removed += s.held
                 self._sessions_expired += 1
                 self._drop_session(s, LostReason.EXPIRED)
             else:
@@ -435,38 +448,50 @@ class Engine:
         vars_ = tables.get(table)
         if vars_ is None:
             return False
-        entries = vars_.get(var)
-        if entries is None:
+        slot = vars_.get(var)
+        if slot is None:
             return False
-        for i, e in enumerate(entries):
-            if e[S_OWNER] == sid:
-                if e[S_FENCE] != fence or e[S_EXPIRES] != expires:
-                    return False
-                self._unlink(ns, table, var, tables, vars_, entries, i)
-                # The owner is alive: a dropped session's entries are gone with it.
-                del self.sessions[sid].keys[(ns, table, var)]
-                self.entry_count -= 1
-                return True
-        return False
+        entries = as_entries(slot)
+        i = 0
+        while entries[i][S_OWNER] != sid:
+            i += 1
+            if i == len(entries):
+                return False
+        if entries[i][S_FENCE] != fence or entries[i][S_EXPIRES] != expires:
+            return False
+        self._unlink(ns, table, var, tables, vars_, slot, i)
+        # The owner is alive: a dropped session's entries are gone with it.
+        s = self.sessions[sid]
+        group = s.keys[ns, table]
+        del group[var]
+        if not group:
+            del s.keys[ns, table]
+        s.held -= 1
+        self.entry_count -= 1
+        return True
 
     def _unlink(
         self,
         ns: str,
         table: str,
         var: str,
-        tables: dict[str, dict[str, list[Entry]]],
-        vars_: dict[str, list[Entry]],
-        entries: list[Entry],
+        tables: dict[str, Vars],
+        vars_: Vars,
+        slot: Slot,
         i: int,
     ) -> None:
-        """Delete ``entries[i]`` and drop the containers it leaves empty."""
-        del entries[i]
-        if not entries:
+        """Delete entry ``i`` of ``slot`` (the slot of ``var`` in ``vars_``) and drop the
+        containers it leaves empty; a list left with one entry becomes that entry."""
+        if type(slot) is tuple:
             del vars_[var]
             if not vars_:
                 del tables[table]
                 if not tables:
                     del self.namespaces[ns]
+        elif len(slot) == 2:
+            vars_[var] = slot[1 - i]  # the other one, alone again
+        else:
+            del cast("list[Entry]", slot)[i]
         if self.track_changes:
             self._changed.add((ns, table, var))
 
@@ -475,16 +500,25 @@ class Engine:
         del self.sessions[s.session_id]
         lost: list[tuple[str, str, str, int]] = []
         sid = s.session_id
-        for ns, table, var in s.keys:
-            tables = self.namespaces[ns]
+        namespaces = self.namespaces
+        for (ns, table), group in s.keys.items():
+            tables = namespaces[ns]
             vars_ = tables[table]
-            entries = vars_[var]
-            i = 0  # the session holds exactly one entry here (its keys say so)
-            while entries[i][S_OWNER] != sid:
-                i += 1
-            lost.append((ns, table, var, entries[i][S_FENCE]))
-            self._unlink(ns, table, var, tables, vars_, entries, i)
-        self.entry_count -= len(s.keys)
+            for var in group:
+                slot = vars_[var]
+                if type(slot) is tuple:
+                    i = 0
+                    fence = slot[S_FENCE]
+                else:
+                    entries = cast("list[Entry]", slot)
+                    i = 0  # the session holds exactly one entry here (its keys say so)
+                    while entries[i][S_OWNER] != sid:
+                        i += 1
+                    fence = entries[i][S_FENCE]
+                lost.append((ns, table, var, fence))
+                self._unlink(ns, table, var, tables, vars_, slot, i)
+        self.entry_count -= s.held
+        s.held = 0
         s.keys.clear()
         if reason is not None:
             self._lost.append(LockLost(sid, reason, tuple(lost)))

@@ -36,9 +36,19 @@ def run(
     return engine.execute(spec(session), tx, now=now, trust=trust)
 
 
+def slot_entries(slot: Any) -> list[tuple[Any, ...]]:
+    """The entries of a table's slot for one variable: a lone entry is stored as the Entry
+    tuple itself, two or more as a list (a copy either way)."""
+    if type(slot) is tuple:
+        return [slot]
+    assert type(slot) is list and len(slot) >= 2, slot  # never a list of fewer than two
+    return list(slot)
+
+
 def entries(engine: Engine, table: str, var: str, ns: str = NS) -> list[tuple[Any, ...]]:
     """The stored entry tuples of one variable (a copy; [] when none)."""
-    return list(engine.namespaces.get(ns, {}).get(table, {}).get(var, []))
+    slot = engine.namespaces.get(ns, {}).get(table, {}).get(var)
+    return [] if slot is None else slot_entries(slot)
 
 
 def holders(engine: Engine, table: str, var: str, ns: str = NS) -> list[tuple[str, Any]]:
@@ -49,13 +59,18 @@ def holders(engine: Engine, table: str, var: str, ns: str = NS) -> list[tuple[st
 def dump(engine: Engine) -> dict[tuple[str, str, str], list[tuple[Any, ...]]]:
     """Every stored variable as (namespace, table, var) -> list of entry tuples."""
     return {
-        (ns, table, var): list(es)
+        (ns, table, var): slot_entries(slot)
         for ns, tables in engine.namespaces.items()
         for table, vars_ in tables.items()
-        for var, es in vars_.items()
+        for var, slot in vars_.items()
     }
 
 
 def session_keys(engine: Engine, session_id: str) -> set[tuple[str, str, str]]:
-    """The (namespace, table, var) keys the engine records for a session."""
-    return set(engine.sessions[session_id].keys)
+    """The (namespace, table, var) keys the engine records for a session (it keeps them
+    grouped by (namespace, table), with no empty group, and counts them in ``held``)."""
+    s = engine.sessions[session_id]
+    keys = [(ns, table, var) for (ns, table), group in s.keys.items() for var in group]
+    assert all(s.keys.values()), "an empty group was left behind"
+    assert s.held == len(keys)
+    return set(keys)

@@ -53,6 +53,8 @@ from protocol import (
     Xor,
 )
 
+from ._helpers import session_keys, slot_entries
+
 START = 100.0
 HOST = "model-host"
 EPOCH = 1_000
@@ -456,10 +458,10 @@ class Run:
 
 def engine_dump(engine: Engine) -> dict[Key, list[Entry]]:
     return {
-        (ns, table, var): list(es)
+        (ns, table, var): slot_entries(slot)
         for ns, tbls in engine.namespaces.items()
         for table, vars_ in tbls.items()
-        for var, es in vars_.items()
+        for var, slot in vars_.items()
     }
 
 
@@ -611,10 +613,10 @@ class EngineVersusModel(RuleBasedStateMachine):
                 m.description,
                 m.last_touch,
             )
-            assert set(s.keys) == {key for key, _ in model.owned(sid)}
+            assert session_keys(engine, sid) == {key for key, _ in model.owned(sid)}
         held = sum(len(es) for es in model.data.values())
         assert engine.entry_count == held
-        assert engine.entry_count == sum(len(s.keys) for s in engine.sessions.values())
+        assert engine.entry_count == sum(s.held for s in engine.sessions.values())
         assert engine.fence == model.fence
 
     @invariant()

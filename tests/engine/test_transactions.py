@@ -380,7 +380,8 @@ def test_rollback_after_emptying_an_existing_namespace() -> None:
     )
     assert not result.ok
     assert dump(engine) == before
-    assert engine.namespaces == {"Clinical": {"T": {"k": before[("Clinical", "T", "k")]}}}
+    # (a lone entry is stored as the Entry tuple itself)
+    assert engine.namespaces == {"Clinical": {"T": {"k": before[("Clinical", "T", "k")][0]}}}
 
 
 def test_commit_that_empties_the_namespace_drops_it() -> None:

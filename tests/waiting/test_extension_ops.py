@@ -68,6 +68,21 @@ def test_countbelow_reads_the_configured_limit() -> None:
     assert e.execute(s("s2"), acquire_permit(3, **conf), now=0).ok  # bad value: default 3
 
 
+def test_countbelow_limit_from_the_first_configured_entry_or_the_default() -> None:
+    """With no configured entry the literal limit applies; with several the first one's value
+    (in arrival order) is the limit."""
+    e = Engine(started_at=0.0)
+    conf = {"limit_table": "permits", "limit_var": "x"}
+    got = [e.execute(s(f"s{i}"), acquire_permit(2, **conf), now=0).ok for i in range(3)]
+    assert got == [True, True, False]  # nothing configured: 2
+    share = tx(Assert(SetVar("permits", "x", 3, allow_duplicates=True)))
+    assert e.execute(s("admin1"), share, now=0).ok
+    share = tx(Assert(SetVar("permits", "x", 1, allow_duplicates=True)))
+    assert e.execute(s("admin2"), share, now=0).ok
+    assert e.execute(s("s2"), acquire_permit(2, **conf), now=0).ok  # the first says 3
+    assert not e.execute(s("s3"), acquire_permit(2, **conf), now=0).ok
+
+
 def test_period_entry_expires_at_the_window_end() -> None:
     """SetVar(period=60) expires at the next multiple of 60 s of the wall clock: once per
     window. The engine's wall clock is fence_epoch (µs) + uptime."""
