@@ -565,13 +565,6 @@ class _Shell:
         process = self._process
         wait_readable = trio.lowlevel.wait_readable
         checkpoint = trio.lowlevel.checkpoint
-        size = len(buf)
-        # A plain socket that returned less than a buffer's worth has most likely been drained:
-        # waiting for readiness at once (itself a checkpoint) saves a receive that would fail
-        # with EAGAIN, its exception and a scheduler pass per request (strict request/response
-        # clients are the common case). TLS may keep decrypted bytes inside the SSL object
-        # that no readiness event announces, so a TLS socket always reads until EAGAIN.
-        drained_hint = self.ssl_context is None
         while True:
             try:
                 n = sock.recv_into(buf)
@@ -590,10 +583,7 @@ class _Shell:
                 return
             if not process(c, view[:n]):
                 return
-            if drained_hint and n < size:
-                await wait_readable(fd)
-            else:
-                await checkpoint()
+            await checkpoint()
 
     def _slow_consumer(self, c: Client, why: str) -> None:
         self.slow_consumers_dropped += 1
