@@ -90,6 +90,17 @@ def _seconds(*, zero_ok: bool) -> Any:
     return check
 
 
+_BUSY_POLL_DEFAULT: Final = 0.0001
+_BUSY_POLL_MAX: Final = 0.01
+
+
+def _busy_poll_window(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    _seconds(zero_ok=True)(inst, attribute, value)
+    if value > _BUSY_POLL_MAX:
+        # A longer spin would burn a core through any pause in the traffic: never useful.
+        raise ValueError(f"{attribute.name} must be <= {_BUSY_POLL_MAX} seconds, got {value!r}")
+
+
 def _port(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not _is_int(value) or not 0 <= value <= 65535:
         raise ValueError(f"{attribute.name} must be an integer in 0..65535, got {value!r}")
@@ -204,6 +215,11 @@ class ServerConfig:
     max_waiters_per_session: int = attrs.field(default=1_000, validator=_int_at_least(1))
     #: Most parked transactions of one connection.
     max_waiters_per_connection: int = attrs.field(default=10_000, validator=_int_at_least(1))
+    #: Longest time the poller keeps polling after serving a batch, when traffic is dense
+    #: (lockserver._busypoll), in seconds; 0 = always sleep between requests.
+    busy_poll: float = attrs.field(
+        default=_BUSY_POLL_DEFAULT, converter=_to_float, validator=_busy_poll_window
+    )
     #: Threshold of the ``lockserver`` logger (DEBUG, INFO, WARNING, ERROR, CRITICAL).
     log_level: str = attrs.field(default="INFO", converter=_to_upper, validator=_log_level)
     #: One JSON object per log line instead of the human format.

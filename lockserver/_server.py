@@ -117,6 +117,7 @@ from protocol import (
 )
 
 from ._auth import Authenticator, SecurityConfigError, server_ssl_context
+from ._busypoll import BusyPoll
 from ._client import CLOSE_GRACE, WOULD_BLOCK_READ, Client, linger
 from ._config import ConfigError, ServerConfig, server_version
 from ._gcstats import GcPauses
@@ -342,6 +343,7 @@ class _Shell:
         self.gc_pauses = GcPauses()  # collector pauses while serving (statistics "gc")
         # Reads every plain connection from one task (None: no epoll on this platform).
         self.poller = _Poller() if hasattr(select, "epoll") else None
+        self.busy_poll = BusyPoll(config.busy_poll)  # the poller's spin policy
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -550,12 +552,24 @@ class _Shell:
         poller = self.poller
         assert poller is not None
         wait_readable = trio.lowlevel.wait_readable
+        checkpoint = trio.lowlevel.checkpoint
+        clock = time.perf_counter  # real time: a MockClock may stand still (see _busypoll)
+        busy = self.busy_poll
         fd = poller.fileno()
         ready = self._read_ready
         while True:
-            await wait_readable(fd)
-            for c in poller.ready():
-                ready(c)
+            if busy.spinning:
+                await checkpoint()  # other tasks and timers run; cancellable
+            else:
+                await wait_readable(fd)
+            batch = poller.ready()
+            if batch:
+                start = clock()
+                for c in batch:
+                    ready(c)
+                busy.served(start, clock())
+            elif busy.spinning:
+                busy.idle(clock())
 
     async def _read_loop_task(self, c: Client) -> None:
         sock = c.sock
@@ -993,6 +1007,7 @@ class _Shell:
                 "idle_timeouts": self.idle_timeouts,
                 "events_sent": self.events_sent,
                 "sessions_tracked": len(self.users),
+                **self.busy_poll.to_wire(),
             },
             "waiting": self.waits.statistics().to_wire(),
             "trust": attrs.asdict(self.trust.statistics(now)),

@@ -29,6 +29,7 @@ def test_defaults() -> None:
     assert c.sweep_interval == 1.0
     assert c.handshake_timeout == 10.0
     assert c.idle_timeout == 300.0
+    assert c.busy_poll == 0.0001
     assert c.log_level == "INFO"
     assert c.log_json is False
     assert c.trust == TrustSettings()
@@ -46,6 +47,9 @@ def test_defaults() -> None:
         ("sweep_interval", 0, "sweep_interval must be > 0 seconds, got 0.0"),
         ("idle_timeout", -1, "idle_timeout must be >= 0 seconds, got -1.0"),
         ("send_timeout", float("inf"), "send_timeout must be a finite number of seconds"),
+        ("busy_poll", -0.001, "busy_poll must be >= 0 seconds, got -0.001"),
+        ("busy_poll", 0.0101, "busy_poll must be <= 0.01 seconds, got 0.0101"),
+        ("busy_poll", "fast", "busy_poll must be a finite number of seconds, got 'fast'"),
         ("log_level", "loud", "log_level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
         ("log_json", "yes", "log_json must be true or false, got 'yes'"),
         ("host", " ", "host must be a non-empty host name or address"),
@@ -57,6 +61,15 @@ def test_validators_name_field_bound_and_value(field: str, value: object, messag
     value."""
     with pytest.raises(ValueError, match=re.escape(message)):
         ServerConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_busy_poll_bounds_are_inclusive() -> None:
+    """0 (off) and the 10 ms ceiling are both accepted; whole numbers become floats."""
+    assert ServerConfig(busy_poll=0).busy_poll == 0.0
+    assert type(ServerConfig(busy_poll=0).busy_poll) is float
+    assert ServerConfig(busy_poll=0.01).busy_poll == 0.01
+    assert load_config(["--busy-poll", "0"], {}).busy_poll == 0.0
+    assert load_config([], {"LOCKSERVER_BUSY_POLL": "0.00005"}).busy_poll == 0.00005
 
 
 def test_seconds_and_log_level_are_normalised() -> None:
@@ -156,6 +169,7 @@ def _a_valid_other_value(name: str) -> object:
         "trust_load_alpha": 0.5,
         "trust_norm_alpha": 0.5,
         "trust_norm_floor": 2.0,
+        "busy_poll": 0.001,
     }.get(name, 4096)
 
 
