@@ -30,7 +30,10 @@ must not wait for Nagle.
 a private level-triggered ``select.epoll`` whose own fd trio watches; on each wake-up the
 poller takes up to ``_POLL_BATCH`` ready sockets and, for each, does one ``recv_into``, feeds
 the sans-I/O ``protocol.Connection``, decodes and executes every complete frame, appends every
-reply to the connection's outbox and sends the outbox with one ``send`` — all synchronously.
+reply to the connection's outbox and sends the outbox with one ``send`` — all synchronously
+(a long batch sends every ``_EARLY_FLUSH`` bytes of replies on the way, so the client can
+decode them while the rest is served). While traffic is dense the poller keeps polling for a
+moment after a batch instead of sleeping (``busy_poll``, the policy in ``_busypoll.py``).
 Why: a task per connection costs, per request, a trio task switch and an ``epoll_ctl``
 re-arm (trio registers one-shot); one wake-up now serves every connection that has data, and
 a socket stays registered while it lives (measured with 64 unpipelined connections: 25-28 ->
@@ -131,6 +134,12 @@ log = logging.getLogger("lockserver")
 _RECV_SIZE: Final = 64 * 1024
 #: Ready connections the poller serves per wake-up before it yields to the other tasks.
 _POLL_BATCH: Final = 64
+# Replies of a long batch go out as soon as this many bytes are ready (~22 results), not at
+# the batch's end: the client decodes the first replies while the rest are being served.
+# Measured with one connection, 64 transactions per write (lockbench run mutex-uncontended
+# --connections 1 --pipeline 64): 24k -> 30k acquire+release pairs/s; server CPU per request
+# unchanged within noise (one more send per ~22 replies).
+_EARLY_FLUSH: Final = 3072
 #: Bound on closing every connection at shutdown (SIGTERM must exit within a second).
 _SHUTDOWN_GRACE: Final = 0.6
 #: Longest sleep of the timeout reaper.
@@ -657,6 +666,8 @@ class _Shell:
                 try:
                     if type(msg) is Execute and c.greeted:
                         out += execute(c, msg, now)
+                        if len(out) >= _EARLY_FLUSH:
+                            c.flush()
                     else:
                         out += other(c, msg, now)
                 except EngineError as exc:

@@ -6,9 +6,12 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
+import pytest
 import trio
 
 from lockserver import RunningServer
+from lockserver._client import Client
+from lockserver._server import _EARLY_FLUSH
 from protocol import (
     PROTOCOL_VERSION,
     AnywayContinueAfter,
@@ -222,6 +225,32 @@ async def test_pipelined_requests_are_all_answered(server: RunningServer) -> Non
     # Order: fences observed never go back.
     fences = [a.body.fence for a in answers[:98]]  # type: ignore[union-attr]
     assert fences == sorted(fences)
+
+
+async def test_long_pipelined_batch_replies_go_out_early(
+    server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replies of a long batch read in one receive leave in chunks of about
+    _EARLY_FLUSH bytes while the batch is served (the client decodes them meanwhile), not all
+    at its end; they still arrive complete and in order."""
+    sends: list[int] = []
+    real_flush = Client.flush
+
+    def counting_flush(self: Client) -> None:
+        sends.append(len(self.outbox))
+        real_flush(self)
+
+    monkeypatch.setattr(Client, "flush", counting_flush)
+    with trio.fail_after(10):
+        async with await WireClient.connect(server) as c:
+            messages = [c.execute_message("s", [SelectConstantValue("i", i)]) for i in range(200)]
+            sends.clear()
+            await c.send(*messages)
+            answers = [await c.reply(m.request_id) for m in messages]
+    assert [a.body.data for a in answers] == [(("i", i),) for i in range(200)]  # type: ignore[union-attr]
+    early = [n for n in sends if n >= _EARLY_FLUSH]
+    assert len(early) >= 200 * 100 // _EARLY_FLUSH  # replies are > 100 bytes each
+    assert all(n < _EARLY_FLUSH + 1024 for n in early)  # each chunk went out when it was full
 
 
 async def test_pipelined_frames_split_across_writes(server: RunningServer) -> None:
