@@ -326,7 +326,7 @@ class Wire(Generic[W]):
             else:
                 resolved.append((entry[1], None, exc))
         elif msg.request_id is None:
-            # About the connection as a whole (e.g. SHUTTING_DOWN, SLOW_CONSUMER): the server
+            # About the connection as a whole (e.g. SHUTTING_DOWN): the server
             # closes next; remember why for the ConnectionLost of whatever is in flight.
             self.closing_error = exc
         else:
