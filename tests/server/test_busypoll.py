@@ -6,15 +6,18 @@ from __future__ import annotations
 import hypothesis.strategies as st
 import pytest
 import trio
+import trio.testing
 from hypothesis import given
 
 from lockserver import RunningServer
 from lockserver._busypoll import BusyPoll
+from protocol import Assert, LockLost, LostReason, SetVar
 
-from ._wire import WireClient
+from ._wire import WireClient, wait_for
 from .conftest import start_server
 
 W = 0.0001  # the default window, 100 us
+LOCK = Assert(SetVar("locks", "printer", "job"))
 
 
 def _stream(bp: BusyPoll, start: float, gaps: list[float], work: float = 0.00001) -> float:
@@ -145,3 +148,38 @@ async def test_busy_poll_zero_never_spins(nursery: trio.Nursery) -> None:
         assert stats["requests_total"] >= 50
         assert (stats["busy_poll_hits"], stats["busy_poll_misses"]) == (0, 0)
         assert stats["busy_poll_seconds"] == 0.0
+
+
+async def test_timers_run_while_the_poller_spins(
+    nursery: trio.Nursery, clock: trio.testing.MockClock
+) -> None:
+    """A connection streaming pings keeps the poller spinning; timers still fire meanwhile:
+    the holder of a session that expires during the stream gets its LockLost, and the
+    poller is still spinning afterwards."""
+    server = await start_server(nursery, busy_poll=0.01)
+    with trio.fail_after(5):
+        holder = await WireClient.connect(server)
+        streamer = await WireClient.connect(server)
+        granted = await holder.execute("holder", LOCK, max_age=60)
+        assert granted.ok
+
+    async def stream() -> None:
+        while True:
+            await streamer.ping()
+
+    async with trio.open_nursery() as streaming:
+        streaming.start_soon(stream)
+        with trio.fail_after(5):
+            await wait_for(lambda: server.statistics()["server"]["busy_poll_hits"] > 20)
+        hits = server.statistics()["server"]["busy_poll_hits"]
+        clock.jump(61)
+        with trio.fail_after(5):
+            event = await holder.event()
+        assert event == LockLost(
+            "holder", LostReason.EXPIRED, (("ns", "locks", "printer", granted.fence),)
+        )
+        assert server.statistics()["server"]["busy_poll_hits"] > hits  # it kept spinning
+        streaming.cancel_scope.cancel()
+    with trio.fail_after(5):
+        await holder.aclose()
+        await streamer.aclose()
