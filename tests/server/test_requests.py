@@ -11,7 +11,7 @@ import trio
 
 from lockserver import RunningServer
 from lockserver._client import Client
-from lockserver._server import _EARLY_FLUSH
+from lockserver._requests import _EARLY_FLUSH
 from protocol import (
     PROTOCOL_VERSION,
     AnywayContinueAfter,
