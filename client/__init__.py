@@ -30,8 +30,8 @@ from protocol import Xor as Xor
 
 from . import recipes as recipes
 from ._async import AsyncLockClient as AsyncLockClient
-from ._async import AsyncSession as AsyncSession
 from ._async import open_lock_client as open_lock_client
+from ._async_session import AsyncSession as AsyncSession
 from ._core import ClientStatistics as ClientStatistics
 from ._core import LostListener as LostListener
 from ._errors import AccessDenied as AccessDenied
@@ -46,7 +46,7 @@ from ._errors import ServerUnavailable as ServerUnavailable
 from ._errors import TransportError as TransportError
 from ._result import Result as Result
 from ._sync import LockClient as LockClient
-from ._sync import Session as Session
+from ._sync_session import Session as Session
 from .recipes import AsyncLockSet as AsyncLockSet
 from .recipes import AsyncMultiLock as AsyncMultiLock
 from .recipes import AsyncMutex as AsyncMutex

@@ -4,9 +4,16 @@ Why: many tasks of one program should share one connection with many requests in
 (64 tasks -> 64 requests on the wire, answered in any order), and a cancelled caller must never
 desynchronise the connection or receive someone else's reply.
 
+Sessions (:class:`AsyncSession`, its execute/end, ``wait_lost`` and its keepalive task) are in
+``_async_session.py``: they change with the session API, this module with the connection
+machinery. The client creates them and stops their keepalive on shutdown; a session sends
+through ``AsyncLockClient._request`` / ``_request_batch`` and starts its keepalive in the
+client's nursery, the same calls as when both were one module. This module imports that one;
+that one names ``AsyncLockClient`` only for type checking.
+
 Theory of operation:
 - A *reader task* (in the client's own nursery) reads the socket, feeds the core's
-  :class:`~client._core.Wire` and hands each reply to the slot of the request with that id;
+  :class:`~client._wire.Wire` and hands each reply to the slot of the request with that id;
   LockLost events go to the sessions' listeners from this task.
 - A caller registers its slot and writes its frame **in one synchronous step** (a plain
   non-blocking ``send`` on the socket; whatever the kernel does not take is queued in order and
@@ -27,8 +34,7 @@ Theory of operation:
 - TLS (``ssl_context=``): the same socket wrapped by ``ssl_context.wrap_socket`` in
   non-blocking mode, the handshake driven by the same readiness waits; the loops below only
   add TLS's own "try again" exceptions to the plain ones, so the plain path is unchanged.
-- Keepalive: one task per used session in the client's nursery, pinging every max_age/3 of
-  idleness. Reconnect, retry and error rules are the core's (see ``_core``).
+- Reconnect, retry and error rules are the core's (see ``_core`` and ``_wire``).
 """
 
 from __future__ import annotations
@@ -37,43 +43,26 @@ import logging
 import math
 import socket
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from types import TracebackType
 from typing import Any
 
 import outcome
 import trio
 
-from protocol import LockLost, Pong, Statement, Welcome
+from protocol import Pong, Welcome
 
-from ._core import (
-    END,
-    EXECUTE,
-    HELLO,
-    KEEPALIVE,
-    PING,
-    RETRY,
-    STATS,
-    Batch,
-    BatchCall,
-    ClientCore,
-    ClientStatistics,
-    SessionState,
-    Wire,
-    batch_results,
-    handshake_error,
-)
+from ._async_session import AsyncSession
+from ._core import ClientCore, ClientStatistics, handshake_error
 from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
-from ._result import Result
+from ._wire import END, HELLO, PING, RETRY, STATS, Batch, Wire
 
-__all__ = ["AsyncLockClient", "AsyncSession", "open_lock_client"]
+__all__ = ["AsyncLockClient", "open_lock_client"]
 
 log = logging.getLogger("client")
 
 _RECV_SIZE = 256 * 1024
 _READS_PER_CHECKPOINT = 16  # a flooding server must not starve the other tasks
-_CLEANUP_TIMEOUT = 10.0  # bound on ending a session from a cancelled or failing block
 # "Try again later" of a non-blocking socket, plain or TLS (an SSLSocket raises its own kinds).
 _WOULD_BLOCK_READ = (BlockingIOError, ssl.SSLWantReadError)
 _WOULD_BLOCK_WRITE = (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError)
@@ -499,168 +488,3 @@ class AsyncLockClient:
         if self._conn is not None:
             self._break(self._conn, "the client was closed")
         self._nursery.cancel_scope.cancel()
-
-
-class AsyncSession(SessionState):
-    """A session of an :class:`AsyncLockClient` (see :meth:`AsyncLockClient.session`)."""
-
-    def __init__(
-        self,
-        client: AsyncLockClient,
-        session_id: str | None,
-        max_age: float,
-        description: str,
-        keepalive: bool,
-    ) -> None:
-        super().__init__(client._core, session_id, max_age, description, keepalive)
-        self._client = client
-        self._last_activity = trio.current_time()
-        self._keepalive_scope: trio.CancelScope | None = None
-        self._lost_event = trio.Event()
-        self.keepalive_error: LockClientError | None = None  # the last keepalive failure
-
-    async def execute(
-        self,
-        namespace: str,
-        statements: Iterable[Statement],
-        *,
-        min_uptime: float = 0.0,
-        min_trust: float = 0.0,
-        description: str = "",
-        transaction_id: str | None = None,
-        wait: float | None = None,
-    ) -> Result:
-        """Run a transaction in this session: all statements or none.
-
-        A refused or aborted transaction is a Result with ``ok == False``; ServerError,
-        ConnectionLost (outcome unknown) and ClientClosed are raised. ``wait``: let the server
-        park the transaction until it can succeed, at most that many seconds (cancelling the
-        caller also cancels the wait on the server). ``min_uptime`` / ``min_trust``: the
-        reliability contract (refused with cause MINIMUM_REQUIREMENTS when not met).
-        """
-        rid, data = self._build_execute(
-            namespace, statements, min_uptime, min_trust, description, transaction_id, wait
-        )
-        self._last_activity = trio.current_time()
-        result: Result = await self._client._request(EXECUTE, rid, data, bool(wait))
-        if self._keepalive_scope is None and self._keepalive and not self._ended:
-            self._keepalive_scope = trio.CancelScope()
-            self._client._nursery.start_soon(self._keepalive_loop, self._keepalive_scope)
-        return result
-
-    async def execute_many(
-        self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
-    ) -> list[Result]:
-        """Run several transactions pipelined: one write for all, one wait for all replies.
-
-        ``calls``: ``(namespace, statements)`` or ``(namespace, statements, transaction_id)``
-        tuples. Returns their Results in call order (``[]`` for no calls). **Each call is its
-        own transaction**: the batch is not atomic (put the statements in one transaction for
-        all or nothing); the server runs them in order. ``min_uptime`` / ``min_trust`` apply to
-        every call. No ``wait``: a batch is answered at once.
-
-        When some calls fail, :class:`BatchError` is raised once all are settled, with every
-        call's Result or exception in ``results`` (a ServerError: that call was refused; a
-        ConnectionLost: its outcome is unknown; repeat with the same transaction ids in the
-        same session to learn it). ClientClosed and ServerUnavailable are raised as such.
-        Cancelling the caller abandons the whole batch (late replies are dropped); the calls
-        already sent may or may not run.
-        """
-        rids, data = self._build_batch(calls, min_uptime, min_trust)
-        if not rids:
-            self._client._check_open()
-            await trio.lowlevel.checkpoint()
-            return []
-        self._last_activity = trio.current_time()
-        outcomes = await self._client._request_batch(rids, data)
-        if (
-            self._keepalive_scope is None
-            and self._keepalive
-            and not self._ended
-            and any(type(o) is Result for o in outcomes)
-        ):
-            self._keepalive_scope = trio.CancelScope()
-            self._client._nursery.start_soon(self._keepalive_loop, self._keepalive_scope)
-        return batch_results(outcomes)
-
-    async def end(self) -> bool:
-        """End the session now: the server removes all its entries at once. True when the
-        server still had it. Ending twice returns False without a call. If the connection
-        drops with the request in flight it is re-sent once, and may then answer False."""
-        if self._ended:
-            await trio.lowlevel.checkpoint()
-            return False
-        self._stop_keepalive()
-        rid, data = self._build_end()
-        try:
-            existed: bool = await self._client._request(END, rid, data)
-        finally:
-            self._mark_ended()
-        return existed
-
-    async def wait_lost(self) -> LockLost:
-        """Wait until a LockLost event has arrived for this session (returns at once if one
-        has); return the latest one."""
-        await self._lost_event.wait()
-        return self._lost[-1]
-
-    async def __aenter__(self) -> AsyncSession:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            await self.end()
-            return
-        # Leaving on an exception or a cancellation: end the session anyway (shielded, bounded)
-        # without masking the exception.
-        with trio.move_on_after(_CLEANUP_TIMEOUT, shield=True):
-            try:
-                await self.end()
-            except LockClientError:
-                log.warning("ending session %s failed", self.id, exc_info=True)
-
-    def __repr__(self) -> str:
-        state = "ended" if self._ended else "open"
-        return f"<AsyncSession {self.id} max_age={self.max_age} {state}>"
-
-    def _deliver(self, event: LockLost) -> None:
-        super()._deliver(event)
-        self._lost_event.set()
-
-    # --- keepalive --------------------------------------------------------------------------------
-
-    def _stop_keepalive(self) -> None:
-        if self._keepalive_scope is not None:
-            self._keepalive_scope.cancel()
-        else:
-            self._keepalive_scope = trio.CancelScope()
-            self._keepalive_scope.cancel()
-
-    async def _keepalive_loop(self, scope: trio.CancelScope) -> None:
-        interval = self.max_age / 3
-        client = self._client
-        with scope:
-            while True:
-                due = self._last_activity + interval
-                if due > trio.current_time():
-                    await trio.sleep_until(due)
-                    continue
-                built = self._build_keepalive()
-                if built is None:
-                    return
-                self._last_activity = trio.current_time()
-                try:
-                    with trio.move_on_after(interval):
-                        await client._request(KEEPALIVE, built[0], built[1])
-                except ClientClosed:
-                    return
-                except LockClientError as exc:
-                    self.keepalive_error = exc
-                    log.warning("keepalive of session %s failed: %s", self.id, exc)
-                    # Try again soon rather than after a whole interval.
-                    self._last_activity = trio.current_time() - interval + min(interval, 1.0)

@@ -7,6 +7,12 @@ to other threads and wakes them through one Condition, dispatches LockLost event
 as soon as its own reply is there; the next waiting thread then becomes the reader. With one
 thread that is: send, recv, decode, return. Prior art: the leader/follower pattern.
 
+Sessions (:class:`Session`, its execute/end and its keepalive thread) are in
+``_sync_session.py``: they change with the session API, this module with the connection
+machinery. The client creates them and stops their keepalive on close; a session sends
+through ``LockClient._request`` / ``_request_batch``, the same calls as when both were one
+module. This module imports that one; that one names ``LockClient`` only for type checking.
+
 Rules kept:
 - A request is registered in the wire's table (under the condition's lock) *before* its bytes
   are sent, so its reply can never arrive unclaimed. A caller that times out removes its entry
@@ -24,7 +30,6 @@ Rules kept:
   socket: a broken connection is only ``shutdown`` (which wakes a blocked ``recv``), and closed
   by the last reader, or at once when no thread is reading; senders check ``broken`` under the
   send lock and closing takes it too.
-- Session keepalive: one daemon thread per open session, pinging every max_age/3 of idleness.
 """
 
 from __future__ import annotations
@@ -36,35 +41,18 @@ import select
 import socket
 import ssl
 import threading
-from collections.abc import Iterable
 from time import monotonic
 from types import TracebackType
 from typing import Any
 
-from protocol import Pong, Statement, Welcome
+from protocol import Pong, Welcome
 
-from ._core import (
-    BATCH,
-    END,
-    EXECUTE,
-    HELLO,
-    KEEPALIVE,
-    PING,
-    RETRY,
-    STATS,
-    Batch,
-    BatchCall,
-    ClientCore,
-    ClientStatistics,
-    SessionState,
-    Wire,
-    batch_results,
-    handshake_error,
-)
+from ._core import ClientCore, ClientStatistics, handshake_error
 from ._errors import ClientClosed, ClientTimeout, ConnectionLost, LockClientError, ServerUnavailable
-from ._result import Result
+from ._sync_session import Session
+from ._wire import BATCH, END, HELLO, PING, RETRY, STATS, Batch, Wire
 
-__all__ = ["LockClient", "Session"]
+__all__ = ["LockClient"]
 
 log = logging.getLogger("client")
 
@@ -527,165 +515,3 @@ class LockClient:
     def _close_socket(self, conn: _Connection) -> None:
         with self._send_lock:
             conn.sock.close()
-
-
-class Session(SessionState):
-    """A session of a :class:`LockClient` (see :meth:`LockClient.session`)."""
-
-    def __init__(
-        self,
-        client: LockClient,
-        session_id: str | None,
-        max_age: float,
-        description: str,
-        keepalive: bool,
-    ) -> None:
-        super().__init__(client._core, session_id, max_age, description, keepalive)
-        self._client = client
-        self._last_activity = monotonic()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.keepalive_error: LockClientError | None = None  # the last keepalive failure
-
-    def execute(
-        self,
-        namespace: str,
-        statements: Iterable[Statement],
-        *,
-        min_uptime: float = 0.0,
-        min_trust: float = 0.0,
-        description: str = "",
-        transaction_id: str | None = None,
-        wait: float | None = None,
-    ) -> Result:
-        """Run a transaction in this session: all statements or none.
-
-        A refused or aborted transaction is a Result with ``ok == False``; ServerError,
-        ConnectionLost (outcome unknown), ClientTimeout and ClientClosed are raised.
-        ``wait``: let the server park the transaction until it can succeed, at most that many
-        seconds (the call's timeout is extended by it). ``min_uptime`` / ``min_trust``: the
-        reliability contract (refused with cause MINIMUM_REQUIREMENTS when not met).
-        """
-        rid, data = self._build_execute(
-            namespace, statements, min_uptime, min_trust, description, transaction_id, wait
-        )
-        client = self._client
-        timeout = client.timeout if wait is None else client.timeout + wait
-        self._last_activity = monotonic()
-        try:
-            result: Result = client._request(EXECUTE, rid, data, timeout)
-        except ClientTimeout:
-            if wait:
-                client._send_quietly(client._core.cancel(rid)[1])  # the server stops waiting
-            raise
-        if self._thread is None and self._keepalive and not self._ended:
-            self._start_keepalive()
-        return result
-
-    def execute_many(
-        self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
-    ) -> list[Result]:
-        """Run several transactions pipelined: one write for all, one wait for all replies.
-
-        ``calls``: ``(namespace, statements)`` or ``(namespace, statements, transaction_id)``
-        tuples. Returns their Results in call order (``[]`` for no calls). **Each call is its
-        own transaction**: the batch is not atomic (put the statements in one transaction for
-        all or nothing); the server runs them in order. ``min_uptime`` / ``min_trust`` apply to
-        every call. No ``wait``: a batch is answered at once. The client's ``timeout`` bounds
-        the whole batch.
-
-        When some calls fail, :class:`BatchError` is raised once all are settled, with every
-        call's Result or exception in ``results`` (a ServerError: that call was refused; a
-        ConnectionLost: its outcome is unknown; repeat with the same transaction ids in the
-        same session to learn it). ClientTimeout (outcome of the unanswered calls unknown),
-        ClientClosed and ServerUnavailable are raised as such.
-        """
-        rids, data = self._build_batch(calls, min_uptime, min_trust)
-        client = self._client
-        if not rids:
-            client._check_open()
-            return []
-        self._last_activity = monotonic()
-        outcomes = client._request_batch(rids, data, client.timeout)
-        if (
-            self._thread is None
-            and self._keepalive
-            and not self._ended
-            and any(type(o) is Result for o in outcomes)
-        ):
-            self._start_keepalive()
-        return batch_results(outcomes)
-
-    def end(self) -> bool:
-        """End the session now: the server removes all its entries at once. True when the
-        server still had it. Ending twice returns False without a call. If the connection
-        drops with the request in flight it is re-sent once, and may then answer False."""
-        if self._ended:
-            return False
-        self._stop_keepalive()
-        rid, data = self._build_end()
-        try:
-            existed: bool = self._client._request(END, rid, data, self._client.timeout)
-        finally:
-            self._mark_ended()
-        return existed
-
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.end()
-            return
-        try:
-            self.end()
-        except LockClientError:
-            # Do not mask the body's exception; the session expires after max_age anyway.
-            log.warning("ending session %s failed", self.id, exc_info=True)
-
-    def __repr__(self) -> str:
-        state = "ended" if self._ended else "open"
-        return f"<Session {self.id} max_age={self.max_age} {state}>"
-
-    # --- keepalive --------------------------------------------------------------------------------
-
-    def _start_keepalive(self) -> None:
-        thread = threading.Thread(
-            target=self._keepalive_loop, name=f"lockclient-keepalive-{self.id}", daemon=True
-        )
-        self._thread = thread
-        thread.start()
-
-    def _stop_keepalive(self) -> None:
-        self._stop.set()
-
-    def _keepalive_loop(self) -> None:
-        interval = self.max_age / 3
-        client = self._client
-        stop = self._stop
-        while not stop.is_set():
-            delay = self._last_activity + interval - monotonic()
-            if delay > 0:
-                stop.wait(delay)
-                continue
-            built = self._build_keepalive()
-            if built is None:
-                return
-            self._last_activity = monotonic()
-            try:
-                client._request(KEEPALIVE, built[0], built[1], min(client.timeout, interval))
-            except ClientClosed:
-                return
-            except LockClientError as exc:
-                self.keepalive_error = exc
-                log.warning("keepalive of session %s failed: %s", self.id, exc)
-                # Try again soon rather than after a whole interval.
-                self._last_activity = monotonic() - interval + min(interval, 1.0)
-            except Exception:  # pragma: no cover - a bug; never kill the thread silently
-                log.exception("keepalive of session %s crashed", self.id)
-                return

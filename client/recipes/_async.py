@@ -23,7 +23,8 @@ from typing import Self
 
 import trio
 
-from client._async import AsyncLockClient, AsyncSession
+from client._async import AsyncLockClient
+from client._async_session import AsyncSession
 from client._errors import ClientClosed, LockClientError, ServerError
 from protocol import LockLost
 

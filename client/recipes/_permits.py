@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
-from client._async import AsyncSession
+from client._async_session import AsyncSession
 from client._result import Result
-from client._sync import Session
+from client._sync_session import Session
 from protocol import Statement
 
 from ._kinds import (

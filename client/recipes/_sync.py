@@ -24,7 +24,8 @@ from types import TracebackType
 from typing import Self
 
 from client._errors import ClientClosed, LockClientError, ServerError
-from client._sync import LockClient, Session
+from client._sync import LockClient
+from client._sync_session import Session
 
 from ._base import LockCore, LockLostError, NotAcquired, OnLost, max_wait_of
 from ._kinds import (

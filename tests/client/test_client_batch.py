@@ -34,7 +34,8 @@ from client import (
     SetVar,
     open_lock_client,
 )
-from client._core import EXECUTE, Batch, ClientCore, SessionState, Wire, batch_results
+from client._core import ClientCore, SessionState
+from client._wire import EXECUTE, Batch, Wire, batch_results
 from lockserver import RunningServer
 from protocol import (
     Cause,

@@ -9,7 +9,8 @@ import pytest
 
 import client
 import protocol
-from client._core import (
+from client._core import ClientCore, SessionState
+from client._wire import (
     CANCEL,
     END,
     EXECUTE,
@@ -18,8 +19,6 @@ from client._core import (
     PING,
     RETRY,
     STATS,
-    ClientCore,
-    SessionState,
     Wire,
 )
 from protocol import (

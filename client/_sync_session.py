@@ -1,0 +1,198 @@
+"""The sync face's sessions: :class:`Session`, the blocking half of a
+:class:`~client._core.SessionState` (execute, execute_many, end, the context manager) and its
+keepalive thread.
+
+Split from ``_sync.py`` (the client and its connection): a session changes with the session
+API, the client with the connection machinery. A session holds its client and sends through
+``LockClient._request`` / ``_request_batch``, the same calls as when both were one module (the
+execute path gains no layer). ``_sync.py`` imports this module; this one names ``LockClient``
+only for type checking, so there is no import cycle.
+
+Rules kept:
+- Session keepalive: one daemon thread per open session, pinging every max_age/3 of idleness.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from time import monotonic
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from protocol import Statement
+
+from ._core import BatchCall, SessionState
+from ._errors import ClientClosed, ClientTimeout, LockClientError
+from ._result import Result
+from ._wire import END, EXECUTE, KEEPALIVE, batch_results
+
+if TYPE_CHECKING:
+    from ._sync import LockClient
+
+__all__ = ["Session"]
+
+log = logging.getLogger("client")
+
+
+class Session(SessionState):
+    """A session of a :class:`LockClient` (see :meth:`LockClient.session`)."""
+
+    def __init__(
+        self,
+        client: LockClient,
+        session_id: str | None,
+        max_age: float,
+        description: str,
+        keepalive: bool,
+    ) -> None:
+        super().__init__(client._core, session_id, max_age, description, keepalive)
+        self._client = client
+        self._last_activity = monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.keepalive_error: LockClientError | None = None  # the last keepalive failure
+
+    def execute(
+        self,
+        namespace: str,
+        statements: Iterable[Statement],
+        *,
+        min_uptime: float = 0.0,
+        min_trust: float = 0.0,
+        description: str = "",
+        transaction_id: str | None = None,
+        wait: float | None = None,
+    ) -> Result:
+        """Run a transaction in this session: all statements or none.
+
+        A refused or aborted transaction is a Result with ``ok == False``; ServerError,
+        ConnectionLost (outcome unknown), ClientTimeout and ClientClosed are raised.
+        ``wait``: let the server park the transaction until it can succeed, at most that many
+        seconds (the call's timeout is extended by it). ``min_uptime`` / ``min_trust``: the
+        reliability contract (refused with cause MINIMUM_REQUIREMENTS when not met).
+        """
+        rid, data = self._build_execute(
+            namespace, statements, min_uptime, min_trust, description, transaction_id, wait
+        )
+        client = self._client
+        timeout = client.timeout if wait is None else client.timeout + wait
+        self._last_activity = monotonic()
+        try:
+            result: Result = client._request(EXECUTE, rid, data, timeout)
+        except ClientTimeout:
+            if wait:
+                client._send_quietly(client._core.cancel(rid)[1])  # the server stops waiting
+            raise
+        if self._thread is None and self._keepalive and not self._ended:
+            self._start_keepalive()
+        return result
+
+    def execute_many(
+        self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
+    ) -> list[Result]:
+        """Run several transactions pipelined: one write for all, one wait for all replies.
+
+        ``calls``: ``(namespace, statements)`` or ``(namespace, statements, transaction_id)``
+        tuples. Returns their Results in call order (``[]`` for no calls). **Each call is its
+        own transaction**: the batch is not atomic (put the statements in one transaction for
+        all or nothing); the server runs them in order. ``min_uptime`` / ``min_trust`` apply to
+        every call. No ``wait``: a batch is answered at once. The client's ``timeout`` bounds
+        the whole batch.
+
+        When some calls fail, :class:`BatchError` is raised once all are settled, with every
+        call's Result or exception in ``results`` (a ServerError: that call was refused; a
+        ConnectionLost: its outcome is unknown; repeat with the same transaction ids in the
+        same session to learn it). ClientTimeout (outcome of the unanswered calls unknown),
+        ClientClosed and ServerUnavailable are raised as such.
+        """
+        rids, data = self._build_batch(calls, min_uptime, min_trust)
+        client = self._client
+        if not rids:
+            client._check_open()
+            return []
+        self._last_activity = monotonic()
+        outcomes = client._request_batch(rids, data, client.timeout)
+        if (
+            self._thread is None
+            and self._keepalive
+            and not self._ended
+            and any(type(o) is Result for o in outcomes)
+        ):
+            self._start_keepalive()
+        return batch_results(outcomes)
+
+    def end(self) -> bool:
+        """End the session now: the server removes all its entries at once. True when the
+        server still had it. Ending twice returns False without a call. If the connection
+        drops with the request in flight it is re-sent once, and may then answer False."""
+        if self._ended:
+            return False
+        self._stop_keepalive()
+        rid, data = self._build_end()
+        try:
+            existed: bool = self._client._request(END, rid, data, self._client.timeout)
+        finally:
+            self._mark_ended()
+        return existed
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.end()
+            return
+        try:
+            self.end()
+        except LockClientError:
+            # Do not mask the body's exception; the session expires after max_age anyway.
+            log.warning("ending session %s failed", self.id, exc_info=True)
+
+    def __repr__(self) -> str:
+        state = "ended" if self._ended else "open"
+        return f"<Session {self.id} max_age={self.max_age} {state}>"
+
+    # --- keepalive --------------------------------------------------------------------------------
+
+    def _start_keepalive(self) -> None:
+        thread = threading.Thread(
+            target=self._keepalive_loop, name=f"lockclient-keepalive-{self.id}", daemon=True
+        )
+        self._thread = thread
+        thread.start()
+
+    def _stop_keepalive(self) -> None:
+        self._stop.set()
+
+    def _keepalive_loop(self) -> None:
+        interval = self.max_age / 3
+        client = self._client
+        stop = self._stop
+        while not stop.is_set():
+            delay = self._last_activity + interval - monotonic()
+            if delay > 0:
+                stop.wait(delay)
+                continue
+            built = self._build_keepalive()
+            if built is None:
+                return
+            self._last_activity = monotonic()
+            try:
+                client._request(KEEPALIVE, built[0], built[1], min(client.timeout, interval))
+            except ClientClosed:
+                return
+            except LockClientError as exc:
+                self.keepalive_error = exc
+                log.warning("keepalive of session %s failed: %s", self.id, exc)
+                # Try again soon rather than after a whole interval.
+                self._last_activity = monotonic() - interval + min(interval, 1.0)
+            except Exception:  # pragma: no cover - a bug; never kill the thread silently
+                log.exception("keepalive of session %s crashed", self.id)
+                return
