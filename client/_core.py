@@ -217,6 +217,14 @@ class SessionState:
     ) -> tuple[list[int], bytes]:
         """The request ids (call order) and the frames of every call, concatenated for one
         write. Every call is validated before anything is sent (errors name the call)."""
+        rids, frames = self._build_batch_frames(calls, min_uptime, min_trust)
+        return rids, b"".join(frames)
+
+    def _build_batch_frames(
+        self, calls: Iterable[BatchCall], min_uptime: float, min_trust: float
+    ) -> tuple[list[int], list[bytes]]:
+        """The request ids (call order) and each call's frame. Every call is validated before
+        anything is sent (errors name the call)."""
         self._check_open()
         spec = self._spec
         next_id = self._core.next_id
@@ -249,7 +257,7 @@ class SessionState:
             namespace = call[0]
         if namespace is not None:
             self._namespace = namespace
-        return rids, b"".join(frames)
+        return rids, frames
 
     def _build_keepalive(self) -> tuple[int, bytes] | None:
         """A no-statement Execute in the last namespace used, or None before any call."""

@@ -35,8 +35,9 @@ from client import (
     open_lock_client,
 )
 from client._core import ClientCore, SessionState
+from client._sync_session import BATCH_CHUNK
 from client._wire import EXECUTE, Batch, Wire, batch_results
-from lockserver import RunningServer
+from lockserver import RunningServer, ServerConfig, serve
 from protocol import (
     Cause,
     Connection,
@@ -526,3 +527,82 @@ def test_sync_close_with_a_batch_in_flight(threaded_fake: ThreadedServer[FakeSer
     c.close()
     t.join(5)
     assert isinstance(outcome[0], ClientClosed)
+
+
+def test_sync_a_batch_bigger_than_the_buffers_is_not_cut_off() -> None:
+    """The sync face reads between chunks of a big batch: 20,000 calls whose replies (~3 MB)
+    outgrow the kernel's buffers plus a tiny server ``max_send_buffer`` all come back, in
+    order, instead of the client being dropped as a slow consumer."""
+
+    async def start(nursery: trio.Nursery) -> RunningServer:
+        config = ServerConfig(host="127.0.0.1", port=0, log_level="WARNING", max_send_buffer=1024)
+        running: RunningServer = await nursery.start(serve, config)
+        return running
+
+    ts = ThreadedServer(start).start()
+    try:
+        with LockClient(port=ts.port, timeout=30) as c, c.session() as s:
+            results = s.execute_many(echo_calls(100_000))
+            assert [r["e"] for r in results] == list(range(100_000))
+            assert c.local_statistics().in_flight == 0
+        stats = ts.call(ts.server.statistics)
+        assert stats["server"]["slow_consumers_dropped"] == 0
+    finally:
+        ts.stop()
+
+
+def test_sync_connection_drop_in_a_later_chunk_of_a_big_batch(
+    threaded_fake: ThreadedServer[FakeServer],
+) -> None:
+    """A batch of three chunks whose connection drops in the second: the first chunk and the
+    answered part of the second keep their Results, the rest of the second is ConnectionLost
+    (unknown), and the third chunk was never sent (ConnectionLost saying so)."""
+    fake = threaded_fake.server
+    n = 3 * BATCH_CHUNK
+    answered = BATCH_CHUNK + 10
+    with LockClient(port=threaded_fake.port, timeout=30) as c:
+        s = c.session(keepalive=False)
+        fake.hold_after = answered
+        outcome: list[BaseException] = []
+
+        def call() -> None:
+            try:
+                s.execute_many(echo_calls(n))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        t = threading.Thread(target=call)
+        t.start()
+        threaded_fake.acall(lambda: until(lambda: len(fake.held) == BATCH_CHUNK - 10))
+        fake.hold = False
+        fake.held.clear()
+        threaded_fake.acall(fake.drop_connections)
+        t.join(10)
+        err = outcome[0]
+        assert isinstance(err, BatchError) and err.outcome_unknown
+        assert [r["e"] for r in err.results[:answered]] == list(range(answered))  # type: ignore[index]
+        lost = err.results[answered:]
+        assert len(lost) == n - answered and all(type(r) is ConnectionLost for r in lost)
+        assert all("not sent" not in str(r) for r in lost[: BATCH_CHUNK - 10])
+        assert all("not sent" in str(r) for r in lost[BATCH_CHUNK - 10 :])
+        assert [r["e"] for r in s.execute_many(echo_calls(2))] == [0, 1]
+        s._mark_ended()
+
+
+def test_sync_the_timeout_bounds_a_chunked_batch(
+    threaded_fake: ThreadedServer[FakeServer],
+) -> None:
+    """The client's timeout bounds the whole chunked batch: the second chunk goes
+    unanswered, ClientTimeout names the batch and the chunk; the client still works."""
+    fake = threaded_fake.server
+    with LockClient(port=threaded_fake.port, timeout=0.3) as c:
+        s = c.session(keepalive=False)
+        fake.hold_after = BATCH_CHUNK + 5
+        n = 3 * BATCH_CHUNK
+        with pytest.raises(ClientTimeout) as info:
+            s.execute_many(echo_calls(n, "late"))
+        assert f"batch of {n} calls" in str(info.value)
+        assert f"calls {BATCH_CHUNK}..{2 * BATCH_CHUNK - 1} timed out" in str(info.value)
+        threaded_fake.acall(fake.release)
+        assert [r["mine"] for r in s.execute_many(echo_calls(2, "mine"))] == [0, 1]
+        assert c.local_statistics().in_flight == 0
