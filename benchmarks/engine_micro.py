@@ -51,7 +51,12 @@ from protocol import (
     SetVar,
     Status,
     Transaction,
+    TreeLimits,
+    encode_execute,
 )
+from protocol._codec import request_from_wire, unpack
+from protocol._framing import FrameBuffer
+from protocol._trees import statements_from_wire
 
 TABLE = "locks"
 NAMESPACE = "bench"
@@ -209,6 +214,63 @@ def codec_rounds(count: int, repeat: int) -> tuple[list[float], list[float]]:
     return requests, replies
 
 
+def decode_rounds(count: int, repeat: int) -> dict[str, list[float]]:
+    """The server's decode of pipelined executes (the blast shape: one Assert(SetVar) per
+    transaction, 64 frames per receive), whole and by stage, in frames per second: what the
+    "Server profile" of benchmarks/README.md calls reading and decoding."""
+    frames = b"".join(
+        encode_execute(
+            i, SessionSpec(f"s{i % 8}", 60.0), NAMESPACE, [Assert(SetVar(TABLE, f"k{i}", f"t{i}"))]
+        )
+        for i in range(64)
+    )
+    buffer = FrameBuffer()
+    buffer.feed(frames)
+    payloads = list(iter(buffer.next_frame, None))
+    wires = [unpack(p) for p in payloads]
+    trees = [w["statements"] for w in wires]
+    limits = TreeLimits()
+    batches = max(1, count // 64)
+
+    def whole() -> int:
+        conn = Connection(Role.SERVER)
+        for _ in range(batches):
+            conn.receive_data(frames)
+            while conn.next_message() is not None:
+                pass
+        return batches * 64
+
+    def framing() -> int:
+        for _ in range(batches):
+            fb = FrameBuffer()
+            fb.feed(frames)
+            while fb.next_frame() is not None:
+                pass
+        return batches * 64
+
+    def stage(work: Callable[[], object]) -> Callable[[], int]:
+        def run() -> int:
+            for _ in range(batches):
+                work()
+            return batches * 64
+
+        return run
+
+    rounds: dict[str, list[float]] = {}
+    runs = {
+        "decode 64 pipelined executes (whole)": whole,
+        "  framing (length prefixes, copies)": framing,
+        "  msgpack unpack": stage(lambda: [unpack(p) for p in payloads]),
+        "  request_from_wire (validated objects)": stage(
+            lambda: [request_from_wire(w, limits) for w in wires]
+        ),
+        "    of which the tree": stage(lambda: [statements_from_wire(t, limits) for t in trees]),
+    }
+    for name, run in runs.items():
+        rounds[name] = [timed(run) for _ in range(repeat)]
+    return rounds
+
+
 def fill_keys(fill: int) -> Iterator[tuple[SessionSpec, Transaction]]:
     """Acquire transactions for ``fill`` distinct keys, built one at a time."""
     owners = sessions("holder-")
@@ -303,6 +365,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     requests, replies = codec_rounds(args.codec_count, args.repeat)
     table.rate("codec execute request enc+dec", requests)
     table.rate("codec result reply enc+dec", replies)
+    for name, rates in decode_rounds(args.codec_count, args.repeat).items():
+        table.rate(name, rates)
     if args.fill:
         print(f"filling {args.fill:,} entries ...", flush=True)
         rates, rss, used = filled_rounds(args.fill, args.count, args.repeat)
