@@ -44,6 +44,7 @@ from protocol import (
     DeleteVar,
     Execute,
     Exists,
+    FrameBuffer,
     Not,
     Reply,
     Role,
@@ -53,10 +54,10 @@ from protocol import (
     Transaction,
     TreeLimits,
     encode_execute,
+    request_from_wire,
+    statements_from_wire,
+    unpack,
 )
-from protocol._codec import request_from_wire, unpack
-from protocol._framing import FrameBuffer
-from protocol._trees import statements_from_wire
 
 TABLE = "locks"
 NAMESPACE = "bench"

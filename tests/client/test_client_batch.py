@@ -31,6 +31,7 @@ from client import (
     Result,
     SelectConstantValue,
     ServerError,
+    Session,
     SetVar,
     open_lock_client,
 )
@@ -477,29 +478,42 @@ def test_sync_timeout_mid_batch_then_late_replies_are_dropped(
         assert (stats.replies_dropped, stats.connections, stats.in_flight) == (2, 1, 0)
 
 
+def _drop_mid_batch(
+    threaded_fake: ThreadedServer[FakeServer],
+    s: Session,
+    calls: list[tuple[str, list[Any]]],
+    *,
+    answered: int,
+    held: int,
+) -> BaseException:
+    """Run ``s.execute_many(calls)`` in a thread while the fake answers ``answered`` calls and
+    holds the rest; once ``held`` are held, drop the connection. The batch's exception."""
+    fake = threaded_fake.server
+    fake.hold_after = answered
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            s.execute_many(calls)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=call)
+    t.start()
+    threaded_fake.acall(lambda: until(lambda: len(fake.held) == held))
+    fake.hold = False
+    fake.held.clear()
+    threaded_fake.acall(fake.drop_connections)
+    t.join(10)
+    return outcome[0]
+
+
 def test_sync_connection_drop_mid_batch(threaded_fake: ThreadedServer[FakeServer]) -> None:
     """The connection drops after 1 of 3 calls was answered: BatchError, 1 Result and 2
     ConnectionLost in place; the next batch reconnects."""
-    fake = threaded_fake.server
     with LockClient(port=threaded_fake.port) as c:
         s = c.session(keepalive=False)
-        fake.hold_after = 1
-        outcome: list[BaseException] = []
-
-        def call() -> None:
-            try:
-                s.execute_many(echo_calls(3))
-            except BaseException as exc:
-                outcome.append(exc)
-
-        t = threading.Thread(target=call)
-        t.start()
-        threaded_fake.acall(lambda: until(lambda: len(fake.held) == 2))
-        fake.hold = False
-        fake.held.clear()
-        threaded_fake.acall(fake.drop_connections)
-        t.join(5)
-        err = outcome[0]
+        err = _drop_mid_batch(threaded_fake, s, echo_calls(3), answered=1, held=2)
         assert isinstance(err, BatchError) and err.outcome_unknown
         assert [type(r) for r in err.results] == [Result, ConnectionLost, ConnectionLost]
         assert [r["e"] for r in s.execute_many(echo_calls(2))] == [0, 1]
@@ -557,28 +571,13 @@ def test_sync_connection_drop_in_a_later_chunk_of_a_big_batch(
     """A batch of three chunks whose connection drops in the second: the first chunk and the
     answered part of the second keep their Results, the rest of the second is ConnectionLost
     (unknown), and the third chunk was never sent (ConnectionLost saying so)."""
-    fake = threaded_fake.server
     n = 3 * BATCH_CHUNK
     answered = BATCH_CHUNK + 10
     with LockClient(port=threaded_fake.port, timeout=30) as c:
         s = c.session(keepalive=False)
-        fake.hold_after = answered
-        outcome: list[BaseException] = []
-
-        def call() -> None:
-            try:
-                s.execute_many(echo_calls(n))
-            except BaseException as exc:
-                outcome.append(exc)
-
-        t = threading.Thread(target=call)
-        t.start()
-        threaded_fake.acall(lambda: until(lambda: len(fake.held) == BATCH_CHUNK - 10))
-        fake.hold = False
-        fake.held.clear()
-        threaded_fake.acall(fake.drop_connections)
-        t.join(10)
-        err = outcome[0]
+        err = _drop_mid_batch(
+            threaded_fake, s, echo_calls(n), answered=answered, held=BATCH_CHUNK - 10
+        )
         assert isinstance(err, BatchError) and err.outcome_unknown
         assert [r["e"] for r in err.results[:answered]] == list(range(answered))  # type: ignore[index]
         lost = err.results[answered:]
