@@ -10,6 +10,9 @@ visible):
   ``0:/AssertOp/``, rolls nothing back because nothing changed);
 - ``codec request`` / ``codec reply``: encode + decode of an Execute request and of a
   TransactionResult reply through ``protocol.Connection`` (send, receive_data, next_message);
+- ``pure-Python floor``: the least any pure-Python server does per blast request (split the
+  frames, unpack, read the fields, one dict write or delete, pack a short reply), with none of
+  the validation, sessions or results of ours: how far pure Python can go at all;
 - ``acquire @ 1M``: the acquire with ``--fill`` entries already held, plus the resident memory
   (VmRSS) and bytes per held entry;
 - ``prefill``: memory per held entry shaped like ``lockbench blast --prefill`` (``--prefill``
@@ -35,6 +38,8 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+
+import msgpack
 
 from lockserver.engine import Engine, EngineLimits
 from protocol import (
@@ -272,6 +277,60 @@ def decode_rounds(count: int, repeat: int) -> dict[str, list[float]]:
     return rounds
 
 
+def floor_rounds(count: int, repeat: int) -> list[float]:
+    """Transactions per second of the *least* any pure-Python server must do per blast
+    request (acquire / release alternating, 64 frames per receive): split the frames, unpack
+    each, read its fields, one dict write or delete, pack and frame a short reply. No
+    validation, no sessions, no results object, no sockets. The gap between this and the
+    server's CPU per transaction is what validation and lock semantics cost; the floor itself
+    says how far a pure-Python path can go (benchmarks/README.md, "Server profile")."""
+    frames = b"".join(
+        encode_execute(
+            i,
+            SessionSpec(f"s{i // 2 % 8}", 60.0),
+            NAMESPACE,
+            [Assert(SetVar(TABLE, f"k{i // 2}", f"t{i // 2}"))]
+            if i % 2 == 0
+            else [AnywayContinueAfter(DeleteVar(TABLE, f"k{i // 2}", f"t{i // 2}"))],
+        )
+        for i in range(64)
+    )
+    unpackb, packb = msgpack.unpackb, msgpack.packb
+    store: dict[tuple[str, str, str], tuple[str, object]] = {}
+    batches = max(1, count // 64)
+
+    def serve(data: bytes) -> bytes:
+        out = []
+        pos, end = 0, len(data)
+        while pos < end:
+            size = int.from_bytes(data[pos : pos + 4], "big")
+            m = unpackb(data[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+            sid, ns, node = m["session"], m["namespace"], m["statements"][0]
+            op = node[1]
+            key = (ns, op[1], op[2])
+            if node[0] == "Assert":
+                ok = key not in store
+                if ok:
+                    store[key] = (sid, op[3])
+            else:
+                ok = True
+                held = store.get(key)
+                if held is not None and held[0] == sid:
+                    del store[key]
+            reply = packb({"type": "result", "id": m["id"], "status": 0 if ok else 1, "fence": 1})
+            out.append(len(reply).to_bytes(4, "big") + reply)
+        return b"".join(out)
+
+    def run() -> int:
+        for _ in range(batches):
+            serve(frames)
+        assert not store
+        return batches * 64
+
+    return [timed(run) for _ in range(repeat)]
+
+
 def fill_keys(fill: int) -> Iterator[tuple[SessionSpec, Transaction]]:
     """Acquire transactions for ``fill`` distinct keys, built one at a time."""
     owners = sessions("holder-")
@@ -368,6 +427,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     table.rate("codec result reply enc+dec", replies)
     for name, rates in decode_rounds(args.codec_count, args.repeat).items():
         table.rate(name, rates)
+    table.rate(
+        "pure-Python floor: blast request, no checks", floor_rounds(args.codec_count, args.repeat)
+    )
     if args.fill:
         print(f"filling {args.fill:,} entries ...", flush=True)
         rates, rss, used = filled_rounds(args.fill, args.count, args.repeat)

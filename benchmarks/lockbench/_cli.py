@@ -117,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeats", type=_positive_int, default=3, help="end-to-end pairs per shape (median)"
     )
     p.add_argument(
+        "--blast-repeats",
+        type=_positive_int,
+        default=3,
+        help="blast suites per server, interleaved (each phase judged by its median run)",
+    )
+    p.add_argument(
         "--parts",
         default="e2e,workloads,blast,profile",
         help="comma-separated subset of e2e,workloads,blast,profile (the summary is rebuilt "
@@ -253,6 +259,7 @@ def _cmd_sitting(args: argparse.Namespace, console: Console) -> int:
             prefill=args.prefill,
             parts=parts,
             repeats=args.repeats,
+            blast_repeats=args.blast_repeats,
         ),
         console,
     )

@@ -88,3 +88,35 @@ def test_summary_of_an_empty_directory(tmp_path: Path) -> None:
         "| Memory <= 400 bytes per held entry at 1,000,000 | - | n/a |"
         in (tmp_path / "summary.md").read_text()
     )
+
+
+def _repeat(r: Any, rep: int) -> Any:
+    return attrs.evolve(r, extra={**r.extra, "repeat": rep})
+
+
+def test_repeated_blast_suites_are_judged_by_their_median_run(tmp_path: Path) -> None:
+    """Three suites: each phase's row and verdict come from its median run (by tx/s; by p99
+    for the paced phase), every run's figure is listed, and one bad run does not decide."""
+    runs = [  # (pipelined tx/s, 64-conn tx/s, paced p99 µs) per run
+        (90_000, 45_000, 600.0),
+        (85_000, 47_000, 900.0),
+        (95_000, 39_000, 40_000.0),  # a stall: the paced p99 of the last run is 40 ms
+    ]
+    results = []
+    for rep, (pipelined, conns, p99) in enumerate(runs):
+        results += [
+            _repeat(_blast("capacity-1conn-pipelined", pipelined, 900, 300.0), rep),
+            _repeat(_blast("capacity-64conn", conns, 5000, 300.0), rep),
+            _repeat(_blast("strict-rr-1conn", 15_000, 120, 300.0), rep),
+            _repeat(_blast("paced-64conn-half", conns / 2, p99, 300.0), rep),
+        ]
+    write_document(tmp_path / "blast-lockserver.json", ResultDocument(tuple(results)))
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| capacity-1conn-pipelined")]
+    assert len(rows) == 1 and "| 90,000 |" in rows[0]
+    assert rows[0].endswith("| 90,000 / 85,000 / 95,000 |")
+    assert "p99 600 / p99 900 / p99 40,000" in text
+    assert "| Blast: p99 <= 1 ms at half of capacity, 64 connections | p99 900 µs at" in text
+    assert "| Blast: 64 unpipelined connections >= 40,000 tx/s (1M held) | 45,000 tx/s |" in text
+    assert "3 runs of the suite" in text
