@@ -54,9 +54,12 @@ from ._eval import (
     EngineError,
     Entry,
     Slot,
+    Table,
     TxContext,
-    Vars,
     as_entries,
+    drop_var,
+    find_slot,
+    shard_of,
 )
 
 __all__ = ["RETRY_MEMORY", "Engine", "EngineLimits", "EngineStatistics"]
@@ -174,7 +177,7 @@ class Engine:
         # (namespace, table, var) -> {session id: parked transactions of that session holding a
         # SetVar on it}; kept by the WaitQueue, read by the Waiting operator.
         self.pending_sets: dict[tuple[str, str, str], dict[str, int]] = {}
-        self.namespaces: dict[str, dict[str, Vars]] = {}
+        self.namespaces: dict[str, dict[str, Table]] = {}
         self.sessions: dict[str, _Session] = {}
         self.entry_count = 0
         self.fence = fence_epoch
@@ -443,14 +446,10 @@ class Engine:
         ``expires``: same fence (not replaced by a later transaction) and same expiry (not
         replaced within its own transaction, where the fence is shared)."""
         tables = self.namespaces.get(ns)
-        if tables is None:
-            return False
-        vars_ = tables.get(table)
-        if vars_ is None:
-            return False
-        slot = vars_.get(var)
+        slot = find_slot(tables, table, var)
         if slot is None:
             return False
+        assert tables is not None  # (it holds slot)
         entries = as_entries(slot)
         i = 0
         while entries[i][S_OWNER] != sid:
@@ -459,7 +458,7 @@ class Engine:
                 return False
         if entries[i][S_FENCE] != fence or entries[i][S_EXPIRES] != expires:
             return False
-        self._unlink(ns, table, var, tables, vars_, slot, i)
+        self._unlink(ns, table, var, tables, slot, i)
         # The owner is alive: a dropped session's entries are gone with it.
         s = self.sessions[sid]
         group = s.keys[ns, table]
@@ -475,21 +474,17 @@ class Engine:
         ns: str,
         table: str,
         var: str,
-        tables: dict[str, Vars],
-        vars_: Vars,
+        tables: dict[str, Table],
         slot: Slot,
         i: int,
     ) -> None:
-        """Delete entry ``i`` of ``slot`` (the slot of ``var`` in ``vars_``) and drop the
-        containers it leaves empty; a list left with one entry becomes that entry."""
+        """Delete entry ``i`` of ``slot`` (the slot of ``table``/``var`` in ``tables``) and
+        drop the containers it leaves empty; a list left with one entry becomes that entry."""
         if type(slot) is tuple:
-            del vars_[var]
-            if not vars_:
-                del tables[table]
-                if not tables:
-                    del self.namespaces[ns]
+            if drop_var(tables, table, var) and not tables:
+                del self.namespaces[ns]
         elif len(slot) == 2:
-            vars_[var] = slot[1 - i]  # the other one, alone again
+            shard_of(tables[table], var)[var] = slot[1 - i]  # the other one, alone again
         else:
             del cast("list[Entry]", slot)[i]
         if self.track_changes:
@@ -503,9 +498,9 @@ class Engine:
         namespaces = self.namespaces
         for (ns, table), group in s.keys.items():
             tables = namespaces[ns]
-            vars_ = tables[table]
+            t = tables[table]  # not dropped in the loop: this session's entries are in it
             for var in group:
-                slot = vars_[var]
+                slot = shard_of(t, var)[var]
                 if type(slot) is tuple:
                     i = 0
                     fence = slot[S_FENCE]
@@ -516,7 +511,7 @@ class Engine:
                         i += 1
                     fence = entries[i][S_FENCE]
                 lost.append((ns, table, var, fence))
-                self._unlink(ns, table, var, tables, vars_, slot, i)
+                self._unlink(ns, table, var, tables, slot, i)
         self.entry_count -= s.held
         s.held = 0
         s.keys.clear()

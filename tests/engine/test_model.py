@@ -667,3 +667,37 @@ def test_model_value_equality_is_strict(pair: tuple[Any, Any]) -> None:
     a, b = pair
     assert not same(a, b)
     assert typed(a) != typed(b)
+
+
+def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same state machine with every table sharded from its second variable on, over 4
+    shards: the big-table form (lockserver/engine/_eval.py, ``BigTable``) must behave exactly
+    like the small one through every way entries come and go."""
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from lockserver.engine import _eval
+
+    monkeypatch.setattr(_eval, "SHARD_AT", 2)
+    monkeypatch.setattr(_eval, "SHARDS", 4)
+    monkeypatch.setattr(_eval, "_MASK", 3)
+    seen: list[bool] = []
+
+    class Sharded(EngineVersusModel):
+        @invariant()
+        def note_big_tables(self) -> None:
+            seen.extend(
+                type(t) is _eval.BigTable
+                for tbls in self.engine.namespaces.values()
+                for t in tbls.values()
+            )
+
+    run_state_machine_as_test(
+        Sharded,
+        settings=settings(
+            max_examples=150,
+            stateful_step_count=50,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
+    assert any(seen), "no table was ever sharded: the test did not test the sharded form"

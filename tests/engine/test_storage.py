@@ -270,3 +270,34 @@ def test_held_entries_are_not_tracked_by_the_collector() -> None:
     assert not gc.is_tracked(slot(engine, "T", "k"))
     assert not gc.is_tracked(engine.sessions["a"].keys[NS, "T"])
     assert gc.is_tracked(engine.namespaces[NS]["T"])
+
+
+def test_a_big_table_is_sharded_and_goes_away_when_emptied() -> None:
+    """At SHARD_AT variables a table moves into SHARDS dicts (so a dict rebuild never copies
+    a million entries at once); it reads the same, rolls back the same, and is dropped when
+    its last entry leaves, by release or by session end."""
+    from lockserver.engine import _eval
+
+    engine = make_engine()
+    n = _eval.SHARD_AT
+    per_tx = 1000
+    for start in range(0, n - 1, per_tx):
+        stop = min(start + per_tx, n - 1)
+        run(engine, "a", *[Assert(SetVar("T", f"v{i}", i)) for i in range(start, stop)])
+    assert type(engine.namespaces[NS]["T"]) is _eval.Vars  # one short of the threshold
+    # The insert that reaches the threshold shards the table; its rollback keeps it sharded
+    # and removes the variable again.
+    assert not run(engine, "b", Assert(SetVar("T", "last", 0)), Abort()).ok
+    table = engine.namespaces[NS]["T"]
+    assert type(table) is _eval.BigTable
+    assert len(table) == n - 1 and slot(engine, "T", "last") is None
+    assert max(len(s) for s in table.shards) < 4 * n // _eval.SHARDS
+    assert run(engine, "b", Assert(SetVar("T", "last", 0))).ok
+    assert len(table) == n and engine.entry_count == n
+    assert holders(engine, "T", "v7") == [("a", 7)]
+    assert not run(engine, "b", Assert(SetVar("T", "v7", 0))).ok  # held: exclusive refuses
+    assert run(engine, "b", Assert(Exists("T", "v7"))).ok
+    assert run(engine, "b", release("T", "last")).ok
+    assert slot(engine, "T", "last") is None and len(table) == n - 1
+    assert engine.end_session("a", now=START)
+    assert engine.namespaces == {} and engine.entry_count == 0
