@@ -343,15 +343,15 @@ def targets_table(
             )
             lines.append("")
         lines.append(
-            "| phase | tx/s | p50 µs | p99 µs | p99.9 µs | CPU % server, blaster, other | "
+            "| phase | tx/s | p50 µs | p99 µs | p99.9 µs | max µs | CPU % server, blaster, other | "
             "server CPU µs/tx (user + kernel) | one-core ceiling tx/s | errors | runs |"
         )
-        lines.append("|---|---:|---:|---:|---:|---|---|---:|---:|---|")
+        lines.append("|---|---:|---:|---:|---:|---:|---|---|---:|---:|---|")
         for r in medians:
             lines.append(
                 f"| {r.name} ({r.extra.get('phase', '')}) | {r.requests_per_s:,.0f} | "
                 f"{r.latency_us['p50']:,.0f} | {r.latency_us['p99']:,.0f} | "
-                f"{r.latency_us['p99.9']:,.0f} | {_use(r)} | "
+                f"{r.latency_us['p99.9']:,.0f} | {r.latency_us['max']:,.0f} | {_use(r)} | "
                 f"{_us_per_tx(r)} | {_ceiling(r)} | {r.errors} | {_runs(results, r.name)} |"
             )
         if medians and "bytes_per_entry" in medians[0].extra:

@@ -120,3 +120,4 @@ def test_repeated_blast_suites_are_judged_by_their_median_run(tmp_path: Path) ->
     assert "| Blast: p99 <= 1 ms at half of capacity, 64 connections | p99 900 µs at" in text
     assert "| Blast: 64 unpipelined connections >= 40,000 tx/s (1M held) | 45,000 tx/s |" in text
     assert "3 runs of the suite" in text
+    assert "| p99.9 µs | max µs |" in text
