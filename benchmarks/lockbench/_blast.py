@@ -242,6 +242,7 @@ def _run_phase(
         )
         first += conns[w]
     probe = ServerProbe(target.backend, target.host, target.port, server)
+    gc_before = _gc_figures(probe)
     profile: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     raw = f"{config.profile}-{phase.name}.raw.txt"
     if config.profile is not None and server is not None and server.pid is not None:
@@ -261,8 +262,11 @@ def _run_phase(
                     ex = execute(blast_worker, specs, on_sample=live.update, **kwargs)
             else:
                 ex = execute(blast_worker, specs, **kwargs)
+        gc_after = _gc_figures(probe)
     finally:
         probe.close()
+    if gc_before is not None and gc_after is not None:
+        memory = {**memory, "server_gc": _gc_delta(gc_before, gc_after)}
     result = _phase_result(config, target, phase, processes, ex, memory)
     if config.profile is not None and Path(raw).exists():
         summary = profile_report(
@@ -275,6 +279,24 @@ def _run_phase(
         if console is not None:
             console.print(summary)
     return result
+
+
+def _gc_figures(probe: ServerProbe) -> dict[str, list[float]] | None:
+    """The lockserver's collector counters (statistics ``gc``), or None (Redis, no answer)."""
+    stats = probe.statistics()
+    gc = None if stats is None else stats.get("gc")
+    if not isinstance(gc, dict) or "collections" not in gc or "pause_total_ms" not in gc:
+        return None
+    return {"collections": list(gc["collections"]), "pause_total_ms": list(gc["pause_total_ms"])}
+
+
+def _gc_delta(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, Any]:
+    """Collections and pause time per generation between two readings: what the collector
+    cost during a phase (warm-up included), to tell a GC pause from other stalls."""
+    return {
+        key: [round(a - b, 3) for a, b in zip(after[key], before[key], strict=True)]
+        for key in ("collections", "pause_total_ms")
+    }
 
 
 def _phase_result(

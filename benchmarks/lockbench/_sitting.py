@@ -344,15 +344,17 @@ def targets_table(
             lines.append("")
         lines.append(
             "| phase | tx/s | p50 µs | p99 µs | p99.9 µs | max µs | CPU % server, blaster, other | "
-            "server CPU µs/tx (user + kernel) | one-core ceiling tx/s | errors | runs |"
+            "server CPU µs/tx (user + kernel) | one-core ceiling tx/s | GC passes (ms) | errors |"
+            " runs |"
         )
-        lines.append("|---|---:|---:|---:|---:|---:|---|---|---:|---:|---|")
+        lines.append("|---|---:|---:|---:|---:|---:|---|---|---:|---|---:|---|")
         for r in medians:
             lines.append(
                 f"| {r.name} ({r.extra.get('phase', '')}) | {r.requests_per_s:,.0f} | "
                 f"{r.latency_us['p50']:,.0f} | {r.latency_us['p99']:,.0f} | "
                 f"{r.latency_us['p99.9']:,.0f} | {r.latency_us['max']:,.0f} | {_use(r)} | "
-                f"{_us_per_tx(r)} | {_ceiling(r)} | {r.errors} | {_runs(results, r.name)} |"
+                f"{_us_per_tx(r)} | {_ceiling(r)} | {_gc(r)} | {r.errors} | "
+                f"{_runs(results, r.name)} |"
             )
         if medians and "bytes_per_entry" in medians[0].extra:
             x = medians[0].extra
@@ -395,6 +397,20 @@ def _runs(results: list[Result], name: str) -> str:
     if _by_p99(name):
         return " / ".join(f"p99 {r.latency_us['p99']:,.0f}" for r in runs)
     return " / ".join(f"{r.requests_per_s:,.0f}" for r in runs)
+
+
+def _gc(r: Result) -> str:
+    """The server's collector passes during the phase: "gen0 3 (12 ms), gen1 1 (34 ms)";
+    "none"; "-" when not reported (Redis)."""
+    gc = r.extra.get("server_gc")
+    if not isinstance(gc, dict):
+        return "-"
+    parts = [
+        f"gen{g} {n:.0f} ({ms:.0f} ms)"
+        for g, (n, ms) in enumerate(zip(gc["collections"], gc["pause_total_ms"], strict=True))
+        if n
+    ]
+    return ", ".join(parts) or "none"
 
 
 def _use(r: Result | None) -> str:

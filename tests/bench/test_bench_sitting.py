@@ -110,6 +110,21 @@ def test_repeated_blast_suites_are_judged_by_their_median_run(tmp_path: Path) ->
             _repeat(_blast("strict-rr-1conn", 15_000, 120, 300.0), rep),
             _repeat(_blast("paced-64conn-half", conns / 2, p99, 300.0), rep),
         ]
+    paced = results[7]  # the median run's paced phase: the server reported a gen-1 pass
+    results[7] = attrs.evolve(
+        paced,
+        extra={
+            **paced.extra,
+            "server_gc": {"collections": [2, 1, 0], "pause_total_ms": [3.2, 34.4, 0.0]},
+        },
+    )
+    results[1] = attrs.evolve(
+        results[1],
+        extra={
+            **results[1].extra,
+            "server_gc": {"collections": [0, 0, 0], "pause_total_ms": [0, 0, 0]},
+        },
+    )
     write_document(tmp_path / "blast-lockserver.json", ResultDocument(tuple(results)))
     write_summary(tmp_path)
     text = (tmp_path / "summary.md").read_text()
@@ -121,3 +136,13 @@ def test_repeated_blast_suites_are_judged_by_their_median_run(tmp_path: Path) ->
     assert "| Blast: 64 unpipelined connections >= 40,000 tx/s (1M held) | 45,000 tx/s |" in text
     assert "3 runs of the suite" in text
     assert "| p99.9 µs | max µs |" in text
+    # GC passes per phase as the server reported them: none, some, or not reported ("-").
+    assert "| GC passes (ms) |" in text
+    rows = {
+        line.split("|")[1].split(" (")[0].strip(): line
+        for line in text.splitlines()
+        if line.startswith("| ")
+    }
+    assert "| none |" in rows["capacity-64conn"]
+    assert "| gen0 2 (3 ms), gen1 1 (34 ms) |" in rows["paced-64conn-half"]
+    assert "| - |" in rows["strict-rr-1conn"]
