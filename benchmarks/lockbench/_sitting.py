@@ -196,13 +196,16 @@ def write_summary(out: Path, console: Console | None = None) -> dict[str, Any]:
 
     e2e, machine = load("e2e.json")
     workloads, m2 = load("workloads.json")
+    # Which commit each part was measured on (`--parts` reruns one part on a later commit).
+    commits = {"end to end": machine.get("commit"), "workloads": m2.get("commit")}
     blasts: dict[str, list[Result]] = {}
     for backend in Backend:
         results, m3 = load(f"blast-{backend}.json")
         if results:
             blasts[str(backend)] = results
+            commits[f"blast {backend}"] = m3.get("commit")
             machine = machine or m3
-    machine = machine or m2
+    machine = {**(machine or m2), "commits": {k: v for k, v in commits.items() if v}}
     if e2e:
         plot(e2e, out / "e2e.png", "end to end, Python clients: mutex acquire+release pairs/s")
     if workloads:
@@ -293,6 +296,14 @@ def targets_table(
         + ", ".join(f"{k} {v}" for k, v in pk.items())
         + "."
     )
+    commits = machine.get("commits", {})
+    if len(set(commits.values())) > 1:
+        lines.append("")
+        lines.append(
+            "Parts measured on different commits: "
+            + ", ".join(f"{part} {commit}" for part, commit in commits.items())
+            + "."
+        )
     lines.append("")
     lines.append(
         "The machine is shared: the *other* CPU % columns (of one core; 200 = both cores) say "

@@ -146,3 +146,20 @@ def test_repeated_blast_suites_are_judged_by_their_median_run(tmp_path: Path) ->
     assert "| none |" in rows["capacity-64conn"]
     assert "| gen0 2 (3 ms), gen1 1 (34 ms) |" in rows["paced-64conn-half"]
     assert "| - |" in rows["strict-rr-1conn"]
+
+
+def test_summary_names_each_parts_commit_when_they_differ(tmp_path: Path) -> None:
+    """A part rerun later (``--parts blast``) is measured on another commit: the summary says
+    which part ran on which, and says nothing when all agree."""
+    e2e = (_e2e("lockserver", "sync-1conn", 1000.0), _e2e("redis", "sync-1conn", 900.0))
+    blast = (_blast("capacity-64conn", 45_000, 900, 300.0),)
+    write_document(tmp_path / "e2e.json", ResultDocument(e2e, {"commit": "aaa1111"}))
+    write_document(tmp_path / "blast-lockserver.json", ResultDocument(blast, {"commit": "aaa1111"}))
+    write_summary(tmp_path)
+    assert "different commits" not in (tmp_path / "summary.md").read_text()
+    write_document(tmp_path / "blast-lockserver.json", ResultDocument(blast, {"commit": "bbb2222"}))
+    write_summary(tmp_path)
+    assert (
+        "Parts measured on different commits: end to end aaa1111, blast lockserver bbb2222."
+        in (tmp_path / "summary.md").read_text()
+    )
