@@ -70,7 +70,7 @@ from ._auth import Authenticator
 from ._client import Client
 from ._config import ServerConfig
 from ._trust import TrustMonitor
-from .engine import Engine, EngineError, WaitQueue
+from .engine import Engine, EngineError, ShardedDict, WaitQueue
 
 log = logging.getLogger("lockserver")
 
@@ -97,7 +97,7 @@ class Requests:
     wait_scope: trio.CancelScope | None
     welcome: Welcome
     encoder: Connection
-    users: dict[str, set[Client]]
+    users: ShardedDict[set[Client]]
     requests_total: int
     protocol_errors: int
     internal_errors: int

@@ -78,7 +78,7 @@ from ._gcstats import GcPauses
 from ._reading import Poller, Reading
 from ._requests import Requests
 from ._trust import TrustMonitor
-from .engine import Engine, EngineLimits, WaitLimits, WaitQueue
+from .engine import Engine, EngineLimits, ShardedDict, WaitLimits, WaitQueue
 
 __all__ = ["RunningServer", "serve"]
 
@@ -246,7 +246,8 @@ class _Shell(Reading, Requests):
         self.recv_buffer = bytearray(_RECV_SIZE)
         self.recv_view = memoryview(self.recv_buffer)
         self.clients: set[Client] = set()
-        self.users: dict[str, set[Client]] = {}  # session id -> connections that used it
+        # session id -> connections that used it (as many as the sessions: sharded like them)
+        self.users: ShardedDict[set[Client]] = ShardedDict()
         self.closed = trio.Event()
         self.shutting_down = False
         self.accept_scope: trio.CancelScope | None = None

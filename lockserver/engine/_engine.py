@@ -61,6 +61,7 @@ from ._eval import (
     find_slot,
     shard_of,
 )
+from ._sharded import ShardedDict
 
 __all__ = ["RETRY_MEMORY", "Engine", "EngineLimits", "EngineStatistics"]
 
@@ -178,7 +179,9 @@ class Engine:
         # SetVar on it}; kept by the WaitQueue, read by the Waiting operator.
         self.pending_sets: dict[tuple[str, str, str], dict[str, int]] = {}
         self.namespaces: dict[str, dict[str, Table]] = {}
-        self.sessions: dict[str, _Session] = {}
+        # Sharded: a million sessions coming and going must not pause everything while one
+        # dict rebuilds (see _sharded.py).
+        self.sessions: ShardedDict[_Session] = ShardedDict()
         self.entry_count = 0
         self.fence = fence_epoch
         self._seq = 0

@@ -24,6 +24,7 @@ def test_package_exports() -> None:
             "EngineError",
             "EngineLimits",
             "EngineStatistics",
+            "ShardedDict",
             "same_value",
             "WaitLimits",
             "WaitQueue",
