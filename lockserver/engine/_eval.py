@@ -37,7 +37,7 @@ from ~180-230 ms to ~35 ms (the table stays tracked, see ``Vars``; its entries d
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from protocol import (
@@ -63,6 +63,8 @@ from protocol import (
     Waiting,
     Xor,
 )
+
+from ._sharded import ShardedDict
 
 if TYPE_CHECKING:
     from ._engine import Engine, _Session
@@ -108,40 +110,26 @@ class Vars(dict[str, Slot]):
     __slots__ = ()
 
 
-# A table moves its variables into SHARDS dicts once it reaches SHARD_AT of them. Why: a dict
-# that sees inserts and deletes of new keys (acquire / release of distinct locks) rebuilds its
-# whole hash table every ~0.4 x its size inserts, in one go: with 1,000,000 held locks in one
-# table an acquire took 41 ms every ~400,000 acquires (measured: max latency 42 ms in every
-# pipelined blast run with 1M held). Sharded, each rebuild is 1/SHARDS of that (0.2 ms at 1M,
-# ~2 ms at 10M) and a small table pays nothing. Module globals on purpose: tests shrink them
-# to put the sharded form under the model tests.
+# A table moves its variables into a ShardedDict of Vars once it holds SHARD_AT of them, so a
+# dict rebuild never copies them all at once (_sharded.py says why: with 1,000,000 held locks
+# in one table an acquire took 41 ms every ~400,000 acquires; the max latency of every
+# pipelined blast run with 1M held was 41-43 ms, now ~5). A small table pays nothing. A module
+# global on purpose: tests shrink it to put the sharded form under the model tests.
 SHARD_AT = 1 << 16
-SHARDS = 256
-_MASK = SHARDS - 1
 
 
-class BigTable(Mapping[str, Slot]):
-    """A table of SHARD_AT+ variables: ``shards[hash(var) & _MASK]`` holds ``var``; ``n``
-    counts the variables. Reads as a mapping (for statistics and tests); the evaluator goes to
-    the shard directly. Stays sharded until it is empty (then the table is dropped)."""
+class BigTable(ShardedDict[Slot]):
+    """A table of SHARD_AT+ variables over Vars shards (Vars, not dict, for the collector's
+    sake, see there). Stays sharded until it is empty (then the table is dropped)."""
 
-    __slots__ = ("n", "shards")
+    __slots__ = ()
 
     def __init__(self, small: Vars) -> None:
-        self.shards = [Vars() for _ in range(SHARDS)]
+        super().__init__(Vars)
+        shards, mask = self.shards, self.mask
         for var, slot in small.items():
-            self.shards[hash(var) & _MASK][var] = slot
+            shards[hash(var) & mask][var] = slot
         self.n = len(small)
-
-    def __getitem__(self, var: str) -> Slot:
-        return self.shards[hash(var) & _MASK][var]
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __iter__(self) -> Iterator[str]:
-        for shard in self.shards:
-            yield from shard
 
 
 Table = Vars | BigTable
@@ -149,7 +137,9 @@ Table = Vars | BigTable
 
 def shard_of(table: Table, var: str) -> Vars:
     """The dict that holds (or would hold) ``var`` of ``table``."""
-    return table.shards[hash(var) & _MASK] if type(table) is BigTable else table  # type: ignore[return-value]
+    if type(table) is BigTable:
+        return table.shards[hash(var) & table.mask]  # type: ignore[return-value]
+    return table  # type: ignore[return-value]
 
 
 def find_slot(tables: dict[str, Table] | None, table: str, var: str) -> Slot | None:
@@ -165,30 +155,19 @@ def add_var(tables: dict[str, Table], table: str, var: str, slot: Slot) -> None:
     t = tables.get(table)
     if t is None:
         tables[table] = t = Vars()
-    if type(t) is BigTable:
-        t.shards[hash(var) & _MASK][var] = slot
-        t.n += 1
-    else:
-        small = cast("Vars", t)
-        small[var] = slot
-        if len(small) >= SHARD_AT:
-            tables[table] = BigTable(small)
+    t[var] = slot
+    if type(t) is Vars and len(t) >= SHARD_AT:
+        tables[table] = BigTable(t)
 
 
 def drop_var(tables: dict[str, Table], table: str, var: str) -> bool:
     """Remove ``var`` (present) from ``table``; drop the table once empty (then True)."""
     t = tables[table]
-    if type(t) is BigTable:
-        del t.shards[hash(var) & _MASK][var]
-        t.n -= 1
-        empty = t.n == 0
-    else:
-        small = cast("Vars", t)
-        del small[var]
-        empty = not small
-    if empty:
-        del tables[table]
-    return empty
+    del t[var]
+    if t:
+        return False
+    del tables[table]
+    return True
 
 
 def as_entries(slot: Slot) -> list[Entry] | tuple[Entry]:
@@ -381,7 +360,7 @@ def _op_false(ctx: TxContext, node: Any) -> bool:
 def _op_exists(ctx: TxContext, node: Any) -> bool:
     tables = ctx.tables  # hot path: ctx._slot inlined
     t = None if tables is None else tables.get(node.table)
-    vars_: Vars | None = t.shards[hash(node.var) & _MASK] if type(t) is BigTable else t  # type: ignore
+    vars_: Vars | None = t.shards[hash(node.var) & t.mask] if type(t) is BigTable else t  # type: ignore
     slot = None if vars_ is None else vars_.get(node.var)
     if slot is None:
         return False
@@ -401,7 +380,7 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
     tables = ctx.tables  # hot path: ctx._slot inlined
     t = None if tables is None else tables.get(table)
     # (no cast() on the hot path: it is a function call)
-    vars_: Vars | None = t.shards[hash(var) & _MASK] if type(t) is BigTable else t  # type: ignore
+    vars_: Vars | None = t.shards[hash(var) & t.mask] if type(t) is BigTable else t  # type: ignore
     slot = None if vars_ is None else vars_.get(var)
     if slot is not None and not node.allow_duplicates:
         return False
@@ -489,7 +468,7 @@ def _op_deletevar(ctx: TxContext, node: Any) -> bool:
     t = tables.get(table)
     if t is None:
         return False
-    vars_: Vars = t.shards[hash(var) & _MASK] if type(t) is BigTable else t  # type: ignore
+    vars_: Vars = t.shards[hash(var) & t.mask] if type(t) is BigTable else t  # type: ignore
     slot = vars_.get(var)
     if slot is None:
         return False

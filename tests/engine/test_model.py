@@ -599,6 +599,7 @@ class EngineVersusModel(RuleBasedStateMachine):
             for vars_ in tbls.values():
                 assert vars_
                 assert all(vars_.values())
+                assert len(vars_) == sum(1 for _ in vars_)  # a sharded table's count is right
 
     @invariant()
     def same_sessions_and_counts(self) -> None:
@@ -606,6 +607,7 @@ class EngineVersusModel(RuleBasedStateMachine):
         what it owns, and entry_count is the sum of held entries."""
         engine, model = self.engine, self.model
         assert set(engine.sessions) == set(model.sessions)
+        assert len(engine.sessions) == len(model.sessions)
         for sid, s in engine.sessions.items():
             m = model.sessions[sid]
             assert (s.max_age, s.description, s.last_touch) == (
@@ -670,16 +672,16 @@ def test_model_value_equality_is_strict(pair: tuple[Any, Any]) -> None:
 
 
 def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same state machine with every table sharded from its second variable on, over 4
-    shards: the big-table form (lockserver/engine/_eval.py, ``BigTable``) must behave exactly
-    like the small one through every way entries come and go."""
+    """The same state machine with every table sharded from its second variable on, and every
+    sharded dict (tables, sessions) over 4 shards: the big-table form (``BigTable`` in
+    lockserver/engine/_eval.py) must behave exactly like the small one through every way
+    entries come and go."""
     from hypothesis.stateful import run_state_machine_as_test
 
-    from lockserver.engine import _eval
+    from lockserver.engine import _eval, _sharded
 
     monkeypatch.setattr(_eval, "SHARD_AT", 2)
-    monkeypatch.setattr(_eval, "SHARDS", 4)
-    monkeypatch.setattr(_eval, "_MASK", 3)
+    monkeypatch.setattr(_sharded, "SHARDS", 4)  # the sessions get 4 shards too
     seen: list[bool] = []
 
     class Sharded(EngineVersusModel):
