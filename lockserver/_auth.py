@@ -9,8 +9,9 @@ Why / rules kept (issue #8, docs/security.md):
   hides it from its repr, and every message about tokens names them by name or position.
 - Authorization is per namespace: a token may list exact namespace names and prefixes
   (``"jobs-*"``); a transaction outside them is refused (FORBIDDEN) by the shell before the
-  engine sees it. Session ownership (SESSION_CONFLICT) is kept by the shell, not here: this
-  module is pure and holds no connection state.
+  engine sees it. Session ownership (SESSION_CONFLICT) is checked by the shell (the engine
+  keeps the owner as the session's tag), not here: this module is pure and holds no
+  connection state.
 - The TLS context is built once, at start, from ``tls_cert`` / ``tls_key`` / ``tls_client_ca``;
   a missing or unreadable file is a :class:`~lockserver._config.ConfigError`-style one-line
   error (raised as :class:`SecurityConfigError`).

@@ -28,9 +28,9 @@ that reconnects can keep using its session id, and one connection may use many s
 **Security** (issue #8, docs/security.md, ``_auth.py``). With tokens configured the hello
 must carry a valid one (else UNAUTHORIZED, closed) and sets the connection's principal; an
 Execute is checked against the principal's namespaces (FORBIDDEN) and the session's owner
-(``owners``: session id -> principal name, kept here so the engine stays pure; SESSION_CONFLICT),
-before the engine sees it. Without tokens all of it is one ``is None`` test per Execute. (TLS
-is the shell's: see ``_server.py``.)
+(the principal that first used the session, kept by the engine as the session's opaque tag,
+so it ends with the session; SESSION_CONFLICT), before the engine sees it. Without tokens all
+of it is one ``is None`` test per Execute. (TLS is the shell's: see ``_server.py``.)
 
 Prior art: h11/wsproto's sans-I/O split (the protocol package).
 """
@@ -90,7 +90,6 @@ class Requests:
     max_session_age: float
     max_wait: float
     auth: Authenticator | None
-    owners: dict[str, str]
     engine: Engine
     trust: TrustMonitor
     waits: WaitQueue
@@ -204,8 +203,8 @@ class Requests:
             # if the session exists now (a refused call may have created nothing).
             if sid not in c.sessions and sid in self.engine.sessions:
                 self._use(c, sid)
-            if self.auth is not None and sid not in self.owners and sid in self.engine.sessions:
-                self.owners[sid] = c.principal.name
+            if self.auth is not None:
+                self.engine.tag_session(sid, c.principal.name)  # the first principal owns it
         if len(answers) == 1 and answers[0][0] is token:
             return c.proto.send_result(rid, answers[0][1])  # the common case, nothing parked
         own = bytearray()
@@ -329,22 +328,11 @@ class Requests:
 
     def _owner_conflict(self, c: Client, sid: str) -> str | None:
         """The refusal message when session ``sid`` belongs to another principal, else None.
-        Drops the owner of a session the engine no longer has (it expired or ended)."""
-        owner = self.owners.get(sid)
+        The owner is the engine's tag of the session: it ends when the session does."""
+        owner = self.engine.session_tag(sid)
         if owner is None or owner == c.principal.name:
             return None
-        if sid not in self.engine.sessions:
-            del self.owners[sid]
-            return None
         return f"session {sid!r} belongs to another principal"
-
-    def _prune_owners(self) -> None:
-        """Forget owners of sessions that are gone; amortised: only when they outnumber the
-        live sessions by far."""
-        owners = self.owners
-        live = self.engine.sessions
-        if len(owners) > 2 * len(live) + 1024:
-            self.owners = {sid: name for sid, name in owners.items() if sid in live}
 
     def _invalid(self, c: Client, rid: int, code: ErrorCode, message: str) -> bytes:
         """An invalid request the codec could not see (it depends on connection or server
@@ -362,8 +350,6 @@ class Requests:
             if not users:
                 del self.users[sid]
         existed = self.engine.end_session(sid, now=now, notify=notify)
-        if self.owners:
-            self.owners.pop(sid, None)
         if existed and len(self.waits):
             self._answer_all(self.waits.process(now=now, trust=self.trust.trust(now)))
         # Route now, before a later request of this batch can reuse the id in a new session.

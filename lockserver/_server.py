@@ -186,10 +186,6 @@ class _Shell(Reading, Requests):
         self.ssl_context = ssl_context
         # None: no tokens configured, every connection is ANONYMOUS and may do everything.
         self.auth = Authenticator(config.tokens) if config.tokens else None
-        # Session id -> name of the principal that created it (only with auth). Entries of
-        # sessions the engine no longer has are dropped lazily (see _owner_conflict) and in
-        # bulk by the sweeper.
-        self.owners: dict[str, str] = {}
         self.started_at = now
         self.hostname = socket.gethostname()
         self.engine = Engine(
@@ -461,8 +457,6 @@ class _Shell(Reading, Requests):
             try:
                 now = trio.current_time()
                 engine.sweep(now)
-                if self.owners:
-                    self._prune_owners()
                 if len(self.waits):
                     self._answer_all(self.waits.process(now=now, trust=self.trust.trust(now)))
                 self._dispatch_lost()

@@ -117,10 +117,12 @@ class _Session:
         "max_age",
         "retry_memory",
         "session_id",
+        "tag",
     )
 
     def __init__(self, spec: SessionSpec, now: float) -> None:
         self.session_id = spec.session_id
+        self.tag: str | None = None  # the shell's label (its owner's name), see tag_session
         self.description = spec.description
         self.max_age = spec.max_age
         self.last_touch = now
@@ -377,6 +379,19 @@ class Engine:
         (only collected when ``track_changes`` is on)."""
         changed, self._changed = self._changed, set()
         return changed
+
+    def tag_session(self, session_id: str, tag: str) -> None:
+        """Label a live, unlabelled session with ``tag`` (no-op otherwise). The engine only
+        keeps the label, and drops it with the session: the shell uses it for the principal
+        that owns the session, so ownership ends exactly when the session does."""
+        s = self.sessions.get(session_id)
+        if s is not None and s.tag is None:
+            s.tag = tag
+
+    def session_tag(self, session_id: str) -> str | None:
+        """The label of a live session (None: unknown or unlabelled)."""
+        s = self.sessions.get(session_id)
+        return None if s is None else s.tag
 
     def session_valid_until(self, session_id: str) -> float | None:
         """Uptime at which the session expires unless touched again, or None if unknown."""

@@ -240,3 +240,24 @@ def test_many_sessions_expire_in_deadline_order() -> None:
     engine.sweep(START + 3)
     assert engine.sessions == {}
     assert [e.session_id for e in engine.drain_lost()] == ["s1", "s2", "s0"]
+
+
+def test_a_session_tag_is_set_once_and_ends_with_the_session() -> None:
+    """tag_session labels a live session once (the shell's owner); an unknown session cannot be
+    tagged; the tag is gone when the session ends or expires, and a new session with the same
+    id starts untagged."""
+    engine = make_engine()
+    engine.tag_session("s", "alice")  # no such session yet: nothing to tag
+    run(engine, SessionSpec("s", max_age=10))
+    assert engine.session_tag("s") is None
+    engine.tag_session("s", "alice")
+    engine.tag_session("s", "bob")  # the first tag stays
+    assert engine.session_tag("s") == "alice"
+    assert engine.end_session("s", now=START)
+    assert engine.session_tag("s") is None
+    run(engine, SessionSpec("s", max_age=10), now=START + 1)
+    assert engine.session_tag("s") is None
+    engine.tag_session("s", "bob")
+    assert engine.session_tag("s") == "bob"
+    engine.sweep(START + 12)  # expired: gone with its tag
+    assert engine.session_tag("s") is None and "s" not in engine.sessions
