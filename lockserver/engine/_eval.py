@@ -100,12 +100,12 @@ S_FENCE: Final = 6
 
 class Vars(dict[str, Slot]):
     """A small table's variables (or one shard of a ``BigTable``): var -> slot. A dict
-    subclass for the cyclic collector only
-    (measured with 1M held locks in one table): the collector untracks an exact dict whose
-    values are all untracked (a table of lone entries, after a full collection) and the next
-    insertion re-tracks it into the youngest generation, so the next young collections walk
-    every entry of it again (~17 ms each per 1M entries). A subclass instance stays tracked
-    in the oldest generation, where only full collections walk it."""
+    subclass for the cyclic collector only (measured with 1M held locks in one table): the
+    collector untracks an exact dict whose values are all untracked (a table of lone
+    entries, after a full collection) and the next insertion re-tracks it into the youngest
+    generation, so the next young collections walk every entry of it again (~17 ms each per
+    1M entries). A subclass instance stays tracked in the oldest generation, where only full
+    collections walk it."""
 
     __slots__ = ()
 
@@ -360,7 +360,7 @@ def _op_false(ctx: TxContext, node: Any) -> bool:
 def _op_exists(ctx: TxContext, node: Any) -> bool:
     tables = ctx.tables  # hot path: ctx._slot inlined
     t = None if tables is None else tables.get(node.table)
-    vars_: Vars | None = t.shards[hash(node.var) & t.mask] if type(t) is BigTable else t  # type: ignore
+    vars_: Vars | None = t.shards[hash(node.var) & t.mask] if type(t) is BigTable else t  # type: ignore[assignment]
     slot = None if vars_ is None else vars_.get(node.var)
     if slot is None:
         return False
@@ -380,7 +380,7 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
     tables = ctx.tables  # hot path: ctx._slot inlined
     t = None if tables is None else tables.get(table)
     # (no cast() on the hot path: it is a function call)
-    vars_: Vars | None = t.shards[hash(var) & t.mask] if type(t) is BigTable else t  # type: ignore
+    vars_: Vars | None = t.shards[hash(var) & t.mask] if type(t) is BigTable else t  # type: ignore[assignment]
     slot = None if vars_ is None else vars_.get(var)
     if slot is not None and not node.allow_duplicates:
         return False
@@ -468,7 +468,7 @@ def _op_deletevar(ctx: TxContext, node: Any) -> bool:
     t = tables.get(table)
     if t is None:
         return False
-    vars_: Vars = t.shards[hash(var) & t.mask] if type(t) is BigTable else t  # type: ignore
+    vars_: Vars = t.shards[hash(var) & t.mask] if type(t) is BigTable else t  # type: ignore[assignment]
     slot = vars_.get(var)
     if slot is None:
         return False
