@@ -2,11 +2,12 @@
 
 Why: a Python dict that keeps getting new keys inserted and old ones deleted (locks taken and
 released, sessions coming and going) rebuilds its whole hash table every ~0.4 x its size
-inserts, in one go, and every request waits: 41 ms for 1,000,000 held locks in one table,
-up to 177 ms for a million sessions, on the benchmark machine. Split over SHARDS dicts by the
-key's hash, a rebuild moves 1/SHARDS of the keys. The price is a method call per operation
-(~0.05-0.1 µs); the evaluator's hot paths skip it by going to ``shards[hash(key) & mask]``
-themselves (and then keep ``n`` right). Big tables (``_eval.BigTable``) and the sessions use it.
+inserts, in one go, and every request waits: 41-50 ms for 1,000,000 held locks in one
+table, 42-165 ms for a million sessions, on the benchmark machine (benchmarks/stalls.py).
+Split over SHARDS dicts by the key's hash, a rebuild moves 1/SHARDS of the keys. The price is
+a method call per operation (~0.05-0.1 µs); the evaluator's hot paths skip it by going to
+``shards[hash(key) & mask]`` themselves (and then keep ``n`` right). Big tables
+(``_eval.BigTable``) and the sessions use it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,120 @@
+"""The longest single engine call under churn with a big store (no sockets, no server).
+
+Why: throughput hides a call that stops everything for tens of milliseconds (a dict
+rebuilding its whole table, a mass expiry); the p99.9 and max of a blast run show it, but not
+where it comes from. Each measurement here times every call of one kind and prints the mean,
+p99.9 and max, with the cyclic collector off (its pauses are reported by the server's ``gc``
+statistics, not here):
+
+- ``table churn``: acquire + release of new keys (``Assert(SetVar)`` then
+  ``AnywayContinueAfter(DeleteVar)``) in one table already holding ``--held`` locks;
+- ``session churn``: a new session's first transaction + the end of an old one, with
+  ``--held`` live sessions;
+- ``mass expiry``: one ``sweep`` when ``--expire`` sessions of one entry each expire together.
+
+Run from the repository root::
+
+    python -m benchmarks.stalls [--held 1000000] [--churn 600000] [--expire 200000]
+
+Only the engine's public API is used, so the same file measures an older commit too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from collections.abc import Callable, Sequence
+
+from lockserver.engine import Engine, EngineLimits
+from protocol import AnywayContinueAfter, Assert, DeleteVar, SessionSpec, SetVar, Transaction
+
+NS = "stalls"
+TABLE = "T"
+BIG = EngineLimits(max_sessions=10**8, max_entries=10**8, max_entries_per_session=10**8)
+NOW = 1.0
+
+
+def _times(calls: int, call: Callable[[int], object]) -> list[float]:
+    """Seconds of each ``call(i)``, the collector off."""
+    gc.collect()
+    gc.disable()
+    try:
+        clock = time.perf_counter
+        out = []
+        for i in range(calls):
+            start = clock()
+            call(i)
+            out.append(clock() - start)
+        return out
+    finally:
+        gc.enable()
+
+
+def _row(name: str, seconds: list[float]) -> str:
+    ordered = sorted(seconds)
+    p999 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.999))]
+    mean = sum(ordered) / len(ordered)
+    return (
+        f"{name:<44} {len(ordered):>9,} calls  mean {mean * 1e6:7.2f} us  "
+        f"p99.9 {p999 * 1e6:8.1f} us  max {ordered[-1] * 1e3:8.2f} ms"
+    )
+
+
+def table_churn(held: int, churn: int) -> list[float]:
+    """Acquire + release of ``churn`` new keys, ``held`` locks already in the table."""
+    engine = Engine(started_at=0.0, limits=BIG)
+    holder = SessionSpec("holder", 1e9)
+    for start in range(0, held, 1000):
+        stop = min(held, start + 1000)
+        statements = [Assert(SetVar(TABLE, f"h{i}", i)) for i in range(start, stop)]
+        engine.execute(holder, Transaction(NS, statements), now=NOW)
+    owner = SessionSpec("owner", 1e9)
+
+    def cycle(i: int) -> None:
+        engine.execute(owner, Transaction(NS, [Assert(SetVar(TABLE, f"k{i}", i))]), now=NOW)
+        release = [AnywayContinueAfter(DeleteVar(TABLE, f"k{i}", i))]
+        engine.execute(owner, Transaction(NS, release), now=NOW)
+
+    return _times(churn, cycle)
+
+
+def session_churn(held: int, churn: int) -> list[float]:
+    """A new session's first call + the end of an old one, ``held`` sessions live."""
+    engine = Engine(started_at=0.0, limits=BIG)
+    empty = Transaction(NS, [])
+    for i in range(held):
+        engine.execute(SessionSpec(f"s{i}", 1e9), empty, now=NOW)
+
+    def cycle(i: int) -> None:
+        engine.execute(SessionSpec(f"n{i}", 1e9), empty, now=NOW)
+        engine.end_session(f"s{i % held}" if i < held else f"n{i - held}", now=NOW)
+
+    return _times(churn, cycle)
+
+
+def mass_expiry(sessions: int) -> list[float]:
+    """One sweep that finds ``sessions`` sessions of one entry each expired at once."""
+    engine = Engine(started_at=0.0, limits=BIG)
+    for i in range(sessions):
+        tx = Transaction(NS, [Assert(SetVar(TABLE, f"k{i}", i))])
+        engine.execute(SessionSpec(f"s{i}", 10.0), tx, now=NOW)
+    seconds = _times(1, lambda _: engine.sweep(NOW + 100.0))
+    assert engine.entry_count == 0
+    return seconds
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse arguments, run the three measurements, print one line each."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--held", type=int, default=1_000_000, help="locks / sessions held")
+    parser.add_argument("--churn", type=int, default=600_000, help="cycles measured")
+    parser.add_argument("--expire", type=int, default=200_000, help="sessions expiring at once")
+    args = parser.parse_args(argv)
+    print(_row(f"table churn, {args.held:,} held", table_churn(args.held, args.churn)))
+    print(_row(f"session churn, {args.held:,} live", session_churn(args.held, args.churn)))
+    print(_row(f"mass expiry, {args.expire:,} sessions", mass_expiry(args.expire)))
+
+
+if __name__ == "__main__":
+    main()
