@@ -175,6 +175,17 @@ class ServerConfig:
     max_ops: int = attrs.field(default=1000, validator=_int_at_least(1))
     #: Deepest nesting of one transaction tree.
     max_depth: int = attrs.field(default=32, validator=_int_at_least(1))
+    #: Longest name, in characters: session id, namespace, table, var, tx_id, client name.
+    max_name: int = attrs.field(default=1024, validator=_int_at_least(1))
+    #: Longest description, in characters (of a session, a transaction, an entry).
+    max_text: int = attrs.field(default=4096, validator=_int_at_least(1))
+    #: Largest user value, as counted by ``protocol.value_size`` (32 per element plus the
+    #: bytes of its strings and binaries).
+    max_value: int = attrs.field(default=65536, validator=_int_at_least(32))
+    #: Longest ``ttl`` or ``period`` of an entry, in seconds.
+    max_ttl: float = attrs.field(
+        default=30 * 86400.0, converter=_to_float, validator=_seconds(zero_ok=False)
+    )
     #: Most simultaneous client connections; one more is refused with TOO_MANY_CONNECTIONS.
     max_connections: int = attrs.field(default=10_000, validator=_int_at_least(1))
     #: Most live sessions in the engine.

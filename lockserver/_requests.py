@@ -271,6 +271,7 @@ class Requests:
                     )
                 c.principal = principal
             c.greeted = True
+            c.proto.handshake_done()
             c.client_name = hello.client_name
             log.debug(
                 "connection %s: hello from %r (principal %r)",

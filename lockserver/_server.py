@@ -59,6 +59,7 @@ from __future__ import annotations
 import errno
 import logging
 import math
+import secrets
 import select
 import socket
 import ssl
@@ -215,11 +216,22 @@ class _Shell(Reading, Requests):
             sockname = listener.socket.getsockname()
             addresses.append((str(sockname[0]), int(sockname[1])))
         self.running = RunningServer(self, addresses)
-        self.tree_limits = TreeLimits(max_depth=config.max_depth, max_ops=config.max_ops)
+        self.tree_limits = TreeLimits(
+            max_depth=config.max_depth,
+            max_ops=config.max_ops,
+            max_name=config.max_name,
+            max_text=config.max_text,
+            max_value=config.max_value,
+            max_ttl=config.max_ttl,
+        )
         self.limits: dict[str, Any] = {
             "max_frame": config.max_frame,
             "max_ops": config.max_ops,
             "max_depth": config.max_depth,
+            "max_name": config.max_name,
+            "max_text": config.max_text,
+            "max_value": config.max_value,
+            "max_ttl": config.max_ttl,
             "max_connections": config.max_connections,
             "max_sessions": config.max_sessions,
             "max_entries": config.max_entries,
@@ -235,8 +247,15 @@ class _Shell(Reading, Requests):
             "max_waiters_per_connection": config.max_waiters_per_connection,
         }
         self.version = server_version()
+        # Drawn at every start: a client that reconnects and sees another instance knows
+        # that every session and entry of the old one is gone (PROTOCOL.md "welcome").
+        self.instance = secrets.token_hex(8)
         self.welcome = Welcome(
-            PROTOCOL_VERSION, f"lockserver {self.version}", self.hostname, self.limits
+            PROTOCOL_VERSION,
+            f"lockserver {self.version}",
+            self.hostname,
+            self.limits,
+            self.instance,
         )
         self.encoder = Connection(Role.SERVER)  # stateless encoding of events and refusals
         self.recv_buffer = bytearray(_RECV_SIZE)
@@ -352,7 +371,12 @@ class _Shell(Reading, Requests):
                     log.debug("connection from %s: TLS setup failed: %s", peer, exc)
                     sock.close()
                     continue
-            proto = Connection(Role.SERVER, max_frame=config.max_frame, limits=self.tree_limits)
+            proto = Connection(
+                Role.SERVER,
+                max_frame=config.max_frame,
+                limits=self.tree_limits,
+                require_hello=True,
+            )
             c = Client(
                 sock,
                 f"#{self.next_id} ({peer})",

@@ -14,6 +14,7 @@ from ._errors import ErrorCode as ErrorCode
 from ._errors import ProtocolError as ProtocolError
 from ._framing import DEFAULT_MAX_FRAME as DEFAULT_MAX_FRAME
 from ._framing import HEADER_SIZE as HEADER_SIZE
+from ._framing import MAX_HELLO_FRAME as MAX_HELLO_FRAME
 from ._framing import FrameBuffer as FrameBuffer
 from ._framing import frame as frame
 from ._messages import DEFAULT_SESSION_MAX_AGE as DEFAULT_SESSION_MAX_AGE
@@ -42,7 +43,9 @@ from ._messages import Status as Status
 from ._messages import Transaction as Transaction
 from ._messages import TransactionResult as TransactionResult
 from ._messages import Welcome as Welcome
+from ._ops import ELEMENT_SIZE as ELEMENT_SIZE
 from ._ops import FALSE as FALSE
+from ._ops import MIN_SECONDS as MIN_SECONDS
 from ._ops import TRUE as TRUE
 from ._ops import Abort as Abort
 from ._ops import And as And
@@ -68,6 +71,7 @@ from ._ops import TrueOp as TrueOp
 from ._ops import Waiting as Waiting
 from ._ops import Xor as Xor
 from ._ops import check_value as check_value
+from ._ops import value_size as value_size
 from ._trees import DEFAULT_TREE_LIMITS as DEFAULT_TREE_LIMITS
 from ._trees import TreeLimits as TreeLimits
 from ._trees import node_from_wire as node_from_wire
@@ -77,6 +81,7 @@ from ._trees import statements_from_wire as statements_from_wire
 __all__ = [
     # framing and connection
     "DEFAULT_MAX_FRAME",
+    "MAX_HELLO_FRAME",
     "HEADER_SIZE",
     "FrameBuffer",
     "frame",
@@ -152,4 +157,7 @@ __all__ = [
     "SetVar",
     "DeleteVar",
     "check_value",
+    "value_size",
+    "ELEMENT_SIZE",
+    "MIN_SECONDS",
 ]

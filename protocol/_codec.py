@@ -48,7 +48,7 @@ from ._messages import (
     TransactionResult,
     Welcome,
 )
-from ._ops import Statement
+from ._ops import MIN_SECONDS, Statement
 from ._trees import (
     DEFAULT_TREE_LIMITS,
     TreeLimits,
@@ -78,10 +78,54 @@ def pack(obj: Any) -> bytes:
     return _packer.pack(obj)  # type: ignore[no-any-return]
 
 
-def unpack(payload: bytes) -> Any:
-    """Decode exactly one msgpack document; anything else is MALFORMED_FRAME."""
+def unpack(payload: bytes, max_containers: int | None = None) -> Any:
+    """Decode exactly one msgpack document; anything else is MALFORMED_FRAME.
+
+    ``max_containers``: refuse (TOO_LARGE, request id unknown) a document holding more arrays
+    and maps than this, *while* decoding it. Why: an empty map is one byte on the wire and a
+    64-byte object in memory, so a 1 MiB frame of them costs ~64 MiB and ~60 ms to build
+    before anything could look at it. Small payloads are decoded without counting (counting
+    costs a call per container; a payload of ``_COUNT_FROM`` bytes builds at most ~1 MiB).
+    """
+    if max_containers is None or len(payload) <= _COUNT_FROM:
+        return _unpack(payload, None)
+    return _unpack(payload, max_containers)
+
+
+#: Payloads up to this many bytes are decoded without counting their containers.
+_COUNT_FROM: Final = 16 * 1024
+
+
+class _TooManyContainers(Exception):
+    pass
+
+
+def _unpack(payload: bytes, max_containers: int | None) -> Any:
     try:
-        return msgpack.unpackb(payload, raw=False, strict_map_key=True, timestamp=0)
+        if max_containers is None:
+            return msgpack.unpackb(payload, raw=False, strict_map_key=True, timestamp=0)
+        left = [max_containers]
+
+        def hook(container: Any) -> Any:
+            left[0] -= 1
+            if left[0] < 0:
+                raise _TooManyContainers
+            return container
+
+        return msgpack.unpackb(
+            payload,
+            raw=False,
+            strict_map_key=True,
+            timestamp=0,
+            list_hook=hook,
+            object_hook=hook,
+        )
+    except _TooManyContainers:
+        raise ProtocolError(
+            ErrorCode.TOO_LARGE,
+            f"the frame holds more than {max_containers} arrays and maps, the limit for a "
+            "frame of its size limit (max_frame / 16)",
+        ) from None
     except msgpack.ExtraData:
         raise ProtocolError(
             ErrorCode.MALFORMED_FRAME, "frame holds trailing bytes after one msgpack document"
@@ -130,8 +174,16 @@ class _Fields:
             )
         return value
 
-    def text(self, key: str, default: Any = ...) -> Any:
-        return self.get(key, (str,), default, "a string")
+    def text(self, key: str, default: Any = ..., limit: int = 0, setting: str = "") -> Any:
+        """A str field; with ``limit``, at most that many characters (else TOO_LARGE naming
+        ``setting``)."""
+        value = self.get(key, (str,), default, "a string")
+        if limit and type(value) is str and len(value) > limit:
+            raise self._fail(
+                f"field {key!r} is {len(value)} characters long, the limit is {limit} ({setting})",
+                ErrorCode.TOO_LARGE,
+            )
+        return value
 
     def number(self, key: str, default: Any = ...) -> Any:
         value = self.get(key, (int, float), default, "a number")
@@ -353,12 +405,15 @@ def _fast_execute(w: dict[str, Any], rid: int, limits: TreeLimits) -> Execute | 
     sid = get("session")
     namespace = get("namespace")
     raw = get("statements")
+    max_name = limits.max_name
     if (
         type(sid) is not str
         or type(namespace) is not str
         or type(raw) is not list
         or not sid.strip()
         or not namespace.strip()
+        or len(sid) > max_name
+        or len(namespace) > max_name
     ):
         return None
     max_age: float | None
@@ -373,7 +428,14 @@ def _fast_execute(w: dict[str, Any], rid: int, limits: TreeLimits) -> Execute | 
         sdesc = get("session_description", "")
         tx_id = get("tx_id", "")
         description = get("description", "")
-        if type(sdesc) is not str or type(tx_id) is not str or type(description) is not str:
+        if (
+            type(sdesc) is not str
+            or type(tx_id) is not str
+            or type(description) is not str
+            or len(tx_id) > max_name
+            or len(sdesc) > limits.max_text
+            or len(description) > limits.max_text
+        ):
             return None
         max_age = _fast_number(get("max_age"), DEFAULT_SESSION_MAX_AGE)
         min_uptime = _fast_number(get("min_uptime"), 0.0)
@@ -381,7 +443,7 @@ def _fast_execute(w: dict[str, Any], rid: int, limits: TreeLimits) -> Execute | 
         wait = get("wait")
         if (
             max_age is None
-            or max_age == 0
+            or max_age < MIN_SECONDS
             or min_uptime is None
             or min_trust is None
             or min_trust > 1
@@ -433,15 +495,17 @@ def request_from_wire(wire: Any, limits: TreeLimits = DEFAULT_TREE_LIMITS) -> Re
     f = _Fields(kind, wire, rid)
     try:
         if kind == "execute":
+            max_name = limits.max_name
+            max_text = limits.max_text
             session = SessionSpec(
-                f.text("session"),
+                f.text("session", limit=max_name, setting="max_name"),
                 f.number("max_age", DEFAULT_SESSION_MAX_AGE),
-                f.text("session_description", ""),
+                f.text("session_description", "", max_text, "max_text"),
             )
-            namespace = f.text("namespace")
+            namespace = f.text("namespace", limit=max_name, setting="max_name")
             raw_statements = f.get("statements", (list,), what="an array")
-            tx_id = f.text("tx_id", "")
-            description = f.text("description", "")
+            tx_id = f.text("tx_id", "", max_name, "max_name")
+            description = f.text("description", "", max_text, "max_text")
             min_uptime = f.number("min_uptime", 0.0)
             min_trust = f.number("min_trust", 0.0)
             wait = f.number("wait", None)
@@ -462,12 +526,15 @@ def request_from_wire(wire: Any, limits: TreeLimits = DEFAULT_TREE_LIMITS) -> Re
             return Execute(rid, session, tx, wait)
         if kind == "hello":
             hello = Hello(
-                rid, f.get("version", (int,)), f.text("client", ""), f.text("token", None)
+                rid,
+                f.get("version", (int,)),
+                f.text("client", "", limits.max_name, "max_name"),
+                f.text("token", None),
             )
             f.done()
             return hello
         if kind == "end":
-            end = EndSession(rid, f.text("session"))
+            end = EndSession(rid, f.text("session", limit=limits.max_name, setting="max_name"))
             f.done()
             return end
         if kind == "stats":
@@ -535,6 +602,7 @@ def server_message_to_wire(msg: ServerMessage) -> dict[str, Any]:
                 "server": body.server_name,
                 "host": body.host,
                 "limits": dict(body.limits),
+                "instance": body.instance,
             }
         if bt is Cancelled:
             return {"type": "cancelled", "id": r.request_id, "found": body.found}
@@ -686,7 +754,11 @@ def _d_welcome(f: _Fields) -> ServerMessage:
     return Reply(
         _rid(f),
         Welcome(
-            f.get("version", (int,)), f.text("server"), f.text("host"), f.get("limits", (dict,))
+            f.get("version", (int,)),
+            f.text("server"),
+            f.text("host"),
+            f.get("limits", (dict,)),
+            f.text("instance", ""),
         ),
     )
 

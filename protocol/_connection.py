@@ -8,6 +8,13 @@ No sockets, no clock, no trio.
 Error model: a framing or msgpack error (``ErrorCode`` 1xx) poisons the stream: every later
 ``next_message`` raises it again. A well-framed but invalid request (2xx/3xx) raises once with
 the offending ``request_id`` and the stream carries on with the next frame.
+
+Before the handshake (server role with ``require_hello``, as the server runs it): until the
+server calls :meth:`Connection.handshake_done` a frame may be at most ``MAX_HELLO_FRAME`` bytes,
+and only a ``hello`` is decoded past its ``type``: any other request is HANDSHAKE_REQUIRED
+without its tree or fields being looked at, so a peer that has not authenticated can make the
+server do almost nothing. On the server side a frame also may hold at most
+``max_frame // 16`` arrays and maps (``unpack``).
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ from ._codec import (
     server_message_to_wire,
     unpack,
 )
-from ._errors import ProtocolError
-from ._framing import DEFAULT_MAX_FRAME, FrameBuffer, frame
+from ._errors import ErrorCode, ProtocolError
+from ._framing import DEFAULT_MAX_FRAME, MAX_HELLO_FRAME, FrameBuffer, frame
 from ._messages import Request, ServerMessage, TransactionResult
 from ._trees import DEFAULT_TREE_LIMITS, TreeLimits
 
@@ -43,7 +50,15 @@ class Connection:
     """One side of the protocol. ``next_message`` returns requests on the server side and
     server messages (Reply / ErrorReply / LockLost) on the client side."""
 
-    __slots__ = ("_broken", "_buffer", "limits", "role")
+    __slots__ = (
+        "_broken",
+        "_buffer",
+        "_greeted",
+        "_max_containers",
+        "_max_frame",
+        "limits",
+        "role",
+    )
 
     def __init__(
         self,
@@ -51,16 +66,34 @@ class Connection:
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
         limits: TreeLimits = DEFAULT_TREE_LIMITS,
+        require_hello: bool = False,
     ) -> None:
         self.role = role
         self.limits = limits
-        self._buffer = FrameBuffer(max_frame)
+        self._max_frame = max_frame
+        server = role is Role.SERVER
+        gated = server and require_hello
+        self._greeted = not gated
+        self._buffer = FrameBuffer(min(max_frame, MAX_HELLO_FRAME) if gated else max_frame)
+        self._max_containers = max(1024, max_frame // 16) if server else None
         self._broken: ProtocolError | None = None
 
     @property
     def max_frame(self) -> int:
-        """The largest accepted frame payload, in bytes."""
-        return self._buffer.max_frame
+        """The largest accepted frame payload, in bytes (once the handshake is done)."""
+        return self._max_frame
+
+    @property
+    def greeted(self) -> bool:
+        """Whether requests other than hello are decoded (True unless ``require_hello`` was
+        asked and :meth:`handshake_done` not called yet)."""
+        return self._greeted
+
+    def handshake_done(self) -> None:
+        """The hello was accepted (``require_hello``): from now on frames up to ``max_frame``
+        are read and every request is decoded."""
+        self._greeted = True
+        self._buffer.max_frame = self._max_frame
 
     @property
     def buffered(self) -> int:
@@ -95,15 +128,18 @@ class Connection:
         if payload is None:
             return None
         try:
-            wire = unpack(payload)
+            wire = unpack(payload, self._max_containers)
         except ProtocolError as exc:
-            self._broken = exc
+            if exc.code.closes_connection:
+                self._broken = exc
             raise
         return self.decode(wire)
 
     def decode(self, wire: Any) -> Request | ServerMessage:
         """Decode one already-unpacked wire structure for this role."""
         if self.role is Role.SERVER:
+            if not self._greeted and not (type(wire) is dict and wire.get("type") == "hello"):
+                raise _handshake_required(wire)
             return request_from_wire(wire, self.limits)
         return server_message_from_wire(wire)
 
@@ -119,3 +155,18 @@ class Connection:
         """The framed bytes of ``Reply(request_id, body)`` (server role), without building the
         Reply: the server's per-transaction path."""
         return frame(pack(result_to_wire(request_id, body)))
+
+
+def _handshake_required(wire: Any) -> ProtocolError:
+    """The refusal of a request before the handshake: its id when it has a valid one, its
+    type when it has a known one; nothing else of it is looked at."""
+    rid = wire.get("id") if type(wire) is dict else None
+    if type(rid) is not int or not 0 <= rid <= 2**64 - 1:
+        rid = None
+    kind = wire.get("type") if type(wire) is dict else None
+    what = kind if type(kind) is str and len(kind) <= 16 else "a request"
+    return ProtocolError(
+        ErrorCode.HANDSHAKE_REQUIRED,
+        f"{what}: the first request on a connection must be hello",
+        request_id=rid,
+    )

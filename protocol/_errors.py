@@ -44,6 +44,9 @@ class ErrorCode(enum.IntEnum):
     NOT_FOUND = 310  # e.g. cancelling an unknown request
     SHUTTING_DOWN = 311
     SLOW_CONSUMER = 312  # the peer does not read its replies; it is disconnected
+    TOO_LARGE = 313  # a name, text or value (or the data a transaction selects) over its limit
+    STORE_FULL = 314  # the server's stored data reached its budget (max_store_bytes)
+    OVERLOADED = 315  # the server cannot buffer this request now (receive buffers full)
 
     INTERNAL_ERROR = 500
 
@@ -60,6 +63,7 @@ _CLOSING = frozenset(
         ErrorCode.UNAUTHORIZED,
         ErrorCode.SHUTTING_DOWN,
         ErrorCode.SLOW_CONSUMER,
+        ErrorCode.OVERLOADED,
         ErrorCode.INTERNAL_ERROR,
     }
 )

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from ._errors import ErrorCode, ProtocolError
 
-__all__ = ["DEFAULT_MAX_FRAME", "HEADER_SIZE", "FrameBuffer", "frame"]
+__all__ = ["DEFAULT_MAX_FRAME", "HEADER_SIZE", "MAX_HELLO_FRAME", "FrameBuffer", "frame"]
 
 HEADER_SIZE = 4
 DEFAULT_MAX_FRAME = 1024 * 1024  # 1 MiB: a transaction tree never needs more
+#: The largest frame a server reads before the handshake (a hello: a name and a token).
+MAX_HELLO_FRAME = 16 * 1024
 _MAX_ENCODABLE = 0xFFFFFFFF
 
 
@@ -39,6 +41,7 @@ class FrameBuffer:
     def __init__(self, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         if max_frame < 1:
             raise ValueError(f"max_frame must be >= 1, got {max_frame}")
+        #: The largest payload accepted now (a server raises it after the handshake).
         self.max_frame = max_frame
         self._buf = bytearray()
         self._pos = 0  # start of the first unconsumed byte; compacted lazily
@@ -60,9 +63,10 @@ class FrameBuffer:
         pos = self._pos
         size = int.from_bytes(self._buf[pos : pos + HEADER_SIZE], "big")
         if size > self.max_frame:
+            before = " before the handshake" if self.max_frame == MAX_HELLO_FRAME else ""
             raise ProtocolError(
                 ErrorCode.FRAME_TOO_LARGE,
-                f"frame of {size} bytes exceeds the limit of {self.max_frame} bytes",
+                f"frame of {size} bytes exceeds the limit of {self.max_frame} bytes{before}",
             )
         return size
 

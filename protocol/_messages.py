@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from ._errors import ErrorCode
-from ._ops import Statement
+from ._ops import MIN_SECONDS, Statement
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -77,6 +77,10 @@ class LostReason(enum.StrEnum):
     EXPIRED = "expired"  # the session was idle longer than its max age
     TTL = "ttl"  # the entry's own time to live ran out
     ENDED = "ended"  # the session was ended (by the server/admin, or another connection)
+    # Never sent by a server: a client reports it when it reconnects to a server that is not
+    # the instance its session lived on (a restart), so every entry held through the old one
+    # is gone (its ``entries`` are then empty: the client does not know them all).
+    RESTARTED = "restarted"
 
 
 # --- validators -------------------------------------------------------------------------------
@@ -113,9 +117,11 @@ def _non_negative(inst: object, attribute: attrs.Attribute[Any], value: Any) -> 
         raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
 
 
-def _positive(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{attribute.name} must be a finite number > 0, got {value!r}")
+def _duration(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) not in (int, float) or not math.isfinite(value) or value < MIN_SECONDS:
+        raise ValueError(
+            f"{attribute.name} must be a finite number of seconds >= {MIN_SECONDS:g}, got {value!r}"
+        )
 
 
 def _opt_non_negative(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -151,7 +157,7 @@ class SessionSpec:
     its description and max age are kept from that first call."""
 
     session_id: str = attrs.field(validator=_name)
-    max_age: float = attrs.field(default=DEFAULT_SESSION_MAX_AGE, validator=_positive)
+    max_age: float = attrs.field(default=DEFAULT_SESSION_MAX_AGE, validator=_duration)
     description: str = attrs.field(default="", validator=_str)
 
 
@@ -226,12 +232,16 @@ Request = Hello | Execute | EndSession | GetStatistics | Ping | Cancel
 
 @attrs.frozen
 class Welcome:
-    """Answer to Hello: the server's version, name, host and limits."""
+    """Answer to Hello: the server's version, name, host and limits, and ``instance``: an id
+    the server process draws when it starts, so a client that reconnects can tell a restarted
+    server (which forgot every session and entry) from the one it was talking to ("" when the
+    server did not send one)."""
 
     version: int
     server_name: str
     host: str
     limits: Mapping[str, Any] = attrs.field(factory=dict)
+    instance: str = ""
 
 
 @attrs.frozen

@@ -50,10 +50,21 @@ __all__ = [
     "SetVar",
     "DeleteVar",
     "check_value",
+    "value_size",
     "MAX_VALUE_DEPTH",
+    "MIN_SECONDS",
+    "ELEMENT_SIZE",
 ]
 
 MAX_VALUE_DEPTH = 32  # nesting bound for user values carried in a tree
+#: The shortest duration a request may give, in seconds (a session's max age, an entry's ttl
+#: or period): below it the arithmetic on the server's clock means nothing (a period of
+#: 1e-300 s makes the window index infinite).
+MIN_SECONDS = 0.001
+#: What one element of a user value counts in its size (see ``value_size``): about what the
+#: server stores per element (a small dict is 64 bytes, a list 56, a float 24), so a value's
+#: size follows its memory, not its wire length (an empty map is 1 byte on the wire).
+ELEMENT_SIZE = 32
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
 
@@ -113,6 +124,47 @@ def check_value(value: Any, what: str = "value", _depth: int = 0) -> None:
         f"{what}: {t.__name__} is not a wire value (use None, bool, int, "
         "float, str, bytes, list or dict)"
     )
+
+
+def value_size(value: Any, limit: int | None = None) -> int:
+    """The size a user value counts as (its limit is the server's ``max_value``): ELEMENT_SIZE
+    (32) for every element (nil, bool, number, string, binary, array, map, and every map
+    key), plus the UTF-8 length of every string and the length of every binary. With
+    ``limit``, counting stops as soon as the size passes it (the result is then some number
+    above ``limit``): a hostile value costs at most ``limit`` / 32 steps."""
+    t = type(value)
+    if t is str:
+        return ELEMENT_SIZE + (len(value) if value.isascii() else _utf8_len(value))
+    if t is bytes:
+        return ELEMENT_SIZE + len(value)
+    if t is not list and t is not tuple and t is not dict:
+        return ELEMENT_SIZE
+    bound = -1 if limit is None else limit
+    size = 0
+    stack: list[Any] = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        size += ELEMENT_SIZE
+        if t is str:
+            size += len(v) if v.isascii() else _utf8_len(v)
+        elif t is bytes:
+            size += len(v)
+        elif t is list or t is tuple:
+            stack.extend(v)
+        elif t is dict:
+            for k, item in v.items():
+                size += ELEMENT_SIZE + (
+                    len(k) if type(k) is not str or k.isascii() else _utf8_len(k)
+                )
+                stack.append(item)
+        if size > bound >= 0:
+            return size
+    return size
+
+
+def _utf8_len(s: str) -> int:
+    return len(s.encode("utf-8", "surrogatepass"))
 
 
 # --- validators -------------------------------------------------------------------------------
@@ -183,13 +235,13 @@ def _ttl(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if type(value) not in (int, float):
         # The type name only: repr() of a received value may be huge or nested too deeply.
         raise ValueError(
-            f"{type(inst).__name__}.{attribute.name} must be a positive finite "
-            f"number of seconds or None, got {type(value).__name__}"
+            f"{type(inst).__name__}.{attribute.name} must be a finite number of seconds "
+            f">= {MIN_SECONDS:g} or None, got {type(value).__name__}"
         )
-    if not math.isfinite(value) or value <= 0:
+    if not math.isfinite(value) or value < MIN_SECONDS:
         raise ValueError(
-            f"{type(inst).__name__}.{attribute.name} must be a positive finite "
-            f"number of seconds or None, got {value!r}"
+            f"{type(inst).__name__}.{attribute.name} must be a finite number of seconds "
+            f">= {MIN_SECONDS:g} or None, got {value!r}"
         )
 
 

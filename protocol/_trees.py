@@ -14,6 +14,7 @@ be omitted (PROTOCOL.md "Trees").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -21,7 +22,9 @@ import attrs
 
 from ._errors import ErrorCode, ProtocolError
 from ._ops import (
+    ELEMENT_SIZE,
     FALSE,
+    MIN_SECONDS,
     TRUE,
     Abort,
     And,
@@ -44,6 +47,7 @@ from ._ops import (
     Statement,
     Waiting,
     Xor,
+    value_size,
 )
 
 __all__ = [
@@ -57,14 +61,27 @@ __all__ = [
 
 @attrs.frozen
 class TreeLimits:
-    """Bounds applied while decoding a transaction tree."""
+    """Bounds applied while decoding a request (its tree and its fields); the server's
+    settings of the same names (PROTOCOL.md, docs/configuration.md).
+
+    ``max_name``: characters of a session id, namespace, table, var, ``into``, ``tx_id`` or
+    client name; ``max_text``: characters of a description; ``max_value``: the size of one
+    user value (``value_size``); ``max_ttl``: seconds of a SetVar ``ttl`` or ``period``."""
 
     max_depth: int = 32
     max_ops: int = 1000
+    max_name: int = 1024
+    max_text: int = 4096
+    max_value: int = 65536
+    max_ttl: float = 30 * 86400.0
 
     def __attrs_post_init__(self) -> None:
-        if self.max_depth < 1 or self.max_ops < 1:
+        if min(self.max_depth, self.max_ops, self.max_name, self.max_text) < 1:
             raise ValueError("tree limits must be >= 1")
+        if self.max_value < ELEMENT_SIZE:
+            raise ValueError(f"max_value must be >= {ELEMENT_SIZE}")
+        if not MIN_SECONDS <= self.max_ttl < math.inf:
+            raise ValueError(f"max_ttl must be a finite number >= {MIN_SECONDS}")
 
 
 DEFAULT_TREE_LIMITS: Final = TreeLimits()
@@ -216,12 +233,44 @@ def _fmt(where: Where) -> str:
 class _TreeDecoder:
     """Walks one wire tree, counting nodes and depth, building validated nodes."""
 
-    __slots__ = ("max_depth", "max_ops", "ops")
+    __slots__ = ("limits", "max_depth", "max_name", "max_ops", "max_value", "ops")
 
     def __init__(self, limits: TreeLimits) -> None:
+        self.limits = limits
         self.max_depth = limits.max_depth
         self.max_ops = limits.max_ops
+        self.max_name = limits.max_name
+        self.max_value = limits.max_value
         self.ops = 0
+
+    def sized(self, node: Node, where: Where) -> Node:
+        """``node`` (built by its validating constructor) when its names, description, value
+        and durations are within the limits; else a ProtocolError naming the field."""
+        limits = self.limits
+        for field in _SIZED_FIELDS.get(type(node), ()):
+            value = getattr(node, field)
+            if field in _NAME_FIELDS:
+                if value is not None and len(value) > limits.max_name:
+                    raise _too_long(where, type(node), field, value, limits.max_name, "max_name")
+            elif field == "description":
+                if value is not None and len(value) > limits.max_text:
+                    raise _too_long(where, type(node), field, value, limits.max_text, "max_text")
+            elif field == "value":
+                size = value_size(value, limits.max_value)
+                if size > limits.max_value:
+                    raise ProtocolError(
+                        ErrorCode.TOO_LARGE,
+                        f"{_fmt(where)}: {type(node).__name__}.value is larger than the "
+                        f"limit of {limits.max_value} (max_value; a value counts "
+                        f"{ELEMENT_SIZE} per element plus its strings' and binaries' bytes)",
+                    )
+            elif value is not None and value > limits.max_ttl:  # ttl, period
+                raise ProtocolError(
+                    ErrorCode.INVALID_TRANSACTION,
+                    f"{_fmt(where)}: {type(node).__name__}.{field} {value:g} s exceeds the "
+                    f"server's max_ttl of {limits.max_ttl:g} s",
+                )
+        return node
 
     def node(self, wire: Any, where: Where, depth: int) -> Node:
         if depth > self.max_depth:
@@ -282,6 +331,30 @@ class _TreeDecoder:
         return node
 
 
+_NAME_FIELDS: Final = frozenset({"table", "var", "into", "limit_table", "limit_var"})
+# Node type -> the fields ``sized`` checks.
+_SIZED_FIELDS: Final[dict[type, tuple[str, ...]]] = {
+    SetVar: ("table", "var", "value", "description", "ttl", "period"),
+    Exists: ("table", "var", "value"),
+    DeleteVar: ("table", "var", "value"),
+    CountBelow: ("table", "var", "limit_table", "limit_var"),
+    Waiting: ("table", "var"),
+    SelectConstantValue: ("into", "value"),
+    SelectOperatorValue: ("into",),
+    SelectVarValue: ("into", "table", "var"),
+}
+
+
+def _too_long(
+    where: Where, cls: type, field: str, value: str, limit: int, setting: str
+) -> ProtocolError:
+    return ProtocolError(
+        ErrorCode.TOO_LARGE,
+        f"{_fmt(where)}: {cls.__name__}.{field} is {len(value)} characters long, the limit is "
+        f"{limit} ({setting})",
+    )
+
+
 def _arg(wire: list[Any], i: int, default: Any) -> Any:
     return wire[i] if len(wire) > i else default
 
@@ -299,20 +372,25 @@ def _bool_arg(wire: list[Any], i: int, default: bool) -> bool:
 _SCALARS: Final = frozenset({type(None), bool, str, float, bytes})
 
 
-def _plain_pair(table: Any, var: Any) -> bool:
-    """Both are valid names (the common table + variable check in one call)."""
+def _plain_pair(table: Any, var: Any, max_name: int) -> bool:
+    """Both are valid names within the length limit (the common table + variable check in
+    one call)."""
     return (
         type(table) is str
         and type(var) is str
-        and bool(table)
-        and bool(var)
+        and 0 < len(table) <= max_name
+        and 0 < len(var) <= max_name
         and not table.isspace()
         and not var.isspace()
     )
 
 
-def _plain_value(value: Any) -> bool:
+def _plain_value(value: Any, max_value: int) -> bool:
+    """A scalar that is plainly valid and within ``max_value`` (a str or bytes of at most
+    ``max_value`` / 4 - 8 characters is: 4 bytes per character at most, plus its element)."""
     t = type(value)
+    if t is str or t is bytes:
+        return len(value) * 4 + ELEMENT_SIZE <= max_value
     return t in _SCALARS or (t is int and -(2**63) <= value <= 2**64 - 1)
 
 
@@ -356,15 +434,15 @@ def _b_anyway(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
 
 
 def _b_select_const(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
-    return SelectConstantValue(w[1], _arg(w, 2, None))
+    return d.sized(SelectConstantValue(w[1], _arg(w, 2, None)), where)
 
 
 def _b_select_op(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
-    return SelectOperatorValue(w[1], d.operator(w[2], where, depth))
+    return d.sized(SelectOperatorValue(w[1], d.operator(w[2], where, depth)), where)
 
 
 def _b_select_var(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
-    return SelectVarValue(
+    node = SelectVarValue(
         w[1],
         w[2],
         w[3],
@@ -372,6 +450,7 @@ def _b_select_var(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> No
         abort_if_not_found=_bool_arg(w, 5, False),
         select_many=_bool_arg(w, 6, False),
     )
+    return d.sized(node, where)
 
 
 def _binary(cls: type[And | Or | Xor]) -> Callable[[_TreeDecoder, list[Any], Where, int], Node]:
@@ -400,18 +479,22 @@ def _b_exists(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     table, var = w[1], w[2]
     value = w[3] if n > 3 else None
     ignore = w[4] if n > 4 else True
-    if _plain_pair(table, var) and _plain_value(value) and type(ignore) is bool:
+    if (
+        _plain_pair(table, var, d.max_name)
+        and _plain_value(value, d.max_value)
+        and type(ignore) is bool
+    ):
         return _mk_exists(table, var, value, ignore)  # type: ignore[no-any-return]
-    return Exists(table, var, value, ignore_this_session=_bool_arg(w, 4, True))
+    return d.sized(Exists(table, var, value, ignore_this_session=_bool_arg(w, 4, True)), where)
 
 
 def _b_setvar(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     if len(w) <= 4:  # the common short form: [SetVar, table, var, value?]
         table, var = w[1], w[2]
         value = w[3] if len(w) > 3 else None
-        if _plain_pair(table, var) and (type(value) is str or _plain_value(value)):
+        if _plain_pair(table, var, d.max_name) and _plain_value(value, d.max_value):
             return _mk_setvar(table, var, value, None, None, False, None)  # type: ignore[no-any-return]
-    return SetVar(
+    node = SetVar(
         w[1],
         w[2],
         _arg(w, 3, None),
@@ -420,10 +503,11 @@ def _b_setvar(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
         allow_duplicates=_bool_arg(w, 6, False),
         period=_arg(w, 7, None),
     )
+    return d.sized(node, where)
 
 
 def _b_countbelow(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
-    return CountBelow(
+    node = CountBelow(
         w[1],
         w[2],
         w[3],
@@ -431,18 +515,19 @@ def _b_countbelow(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> No
         limit_var=_arg(w, 5, None),
         ignore_this_session=_bool_arg(w, 6, False),
     )
+    return d.sized(node, where)
 
 
 def _b_waiting(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
-    return Waiting(w[1], w[2])
+    return d.sized(Waiting(w[1], w[2]), where)
 
 
 def _b_deletevar(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     table, var = w[1], w[2]
     value = w[3] if len(w) > 3 else None
-    if _plain_pair(table, var) and (type(value) is str or _plain_value(value)):
+    if _plain_pair(table, var, d.max_name) and _plain_value(value, d.max_value):
         return _mk_deletevar(table, var, value)  # type: ignore[no-any-return]
-    return DeleteVar(table, var, value)
+    return d.sized(DeleteVar(table, var, value), where)
 
 
 _Builder = Callable[[_TreeDecoder, list[Any], Where, int], Node]

@@ -215,7 +215,7 @@ def test_interned_session_specs_stay_small() -> None:
     client = Connection(Role.CLIENT)
     tx = Transaction("ns", [Abort()])
     for i in range(300):
-        spec = SessionSpec(f"s{i}", description="d" * 10_000)
+        spec = SessionSpec(f"s{i}", description="d" * 4_000)
         server.receive_data(client.send(Execute(i, spec, tx)))
         got = server.next_message()
         assert isinstance(got, Execute) and got.session == spec

@@ -321,14 +321,14 @@ REQUEST_CASES: list[tuple[str, Any, ErrorCode, str, int | None]] = [
         "max-age-zero",
         execute([], max_age=0),
         E.INVALID_MESSAGE,
-        "execute: max_age must be a finite number > 0, got 0",
+        "execute: max_age must be a finite number of seconds >= 0.001, got 0",
         7,
     ),
     (
         "max-age-inf",
         execute([], max_age=math.inf),
         E.INVALID_MESSAGE,
-        "max_age must be a finite number > 0, got inf",
+        "max_age must be a finite number of seconds >= 0.001, got inf",
         7,
     ),
     (
@@ -614,18 +614,18 @@ TREE_CASES: list[tuple[str, Any, str]] = [
     (
         "ttl-zero",
         [["Assert", ["SetVar", "t", "v", None, None, 0]]],
-        "SetVar.ttl must be a positive finite number of seconds or None, got 0",
+        "SetVar.ttl must be a finite number of seconds >= 0.001 or None, got 0",
     ),
     (
         "ttl-nan",
         [["Assert", ["SetVar", "t", "v", None, None, math.nan]]],
-        "SetVar.ttl must be a positive finite number of seconds or None, got nan",
+        "SetVar.ttl must be a finite number of seconds >= 0.001 or None, got nan",
     ),
     ("ttl-inf", [["Assert", ["SetVar", "t", "v", None, None, math.inf]]], "got inf"),
     (
         "ttl-str",
         [["Assert", ["SetVar", "t", "v", None, None, "5"]]],
-        "SetVar.ttl must be a positive finite number of seconds or None, got str",
+        "SetVar.ttl must be a finite number of seconds >= 0.001 or None, got str",
     ),
     ("ttl-bool", [["Assert", ["SetVar", "t", "v", None, None, True]]], "got bool"),
     (

@@ -476,7 +476,12 @@ SERVER_MESSAGES: list[tuple[str, Any, dict[str, Any]]] = [
     ),
     (
         "welcome",
-        Reply(0, Welcome(1, "lockserver", "lock-1", {"max_frame": 1048576, "max_ops": 1000})),
+        Reply(
+            0,
+            Welcome(
+                1, "lockserver", "lock-1", {"max_frame": 1048576, "max_ops": 1000}, "9f2c41d07a3b"
+            ),
+        ),
         {
             "type": "welcome",
             "id": 0,
@@ -484,6 +489,7 @@ SERVER_MESSAGES: list[tuple[str, Any, dict[str, Any]]] = [
             "server": "lockserver",
             "host": "lock-1",
             "limits": {"max_frame": 1048576, "max_ops": 1000},
+            "instance": "9f2c41d07a3b",
         },
     ),
     ("cancelled", Reply(11, Cancelled(True)), {"type": "cancelled", "id": 11, "found": True}),

@@ -66,7 +66,7 @@ from protocol import (
 
 # Generated trees can be deeper / larger than the default limits; the round trip is about the
 # encoding, the limits have their own tests.
-ROOMY = TreeLimits(max_depth=500, max_ops=100_000)
+ROOMY = TreeLimits(max_depth=500, max_ops=100_000, max_ttl=1e9)
 # No per-example deadline: a loaded CI machine must not turn a slow example into a failure.
 RELAXED = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -77,9 +77,10 @@ texts = st.text(max_size=8)
 uint64 = st.integers(0, 2**64 - 1)
 finite = st.floats(allow_nan=False, allow_infinity=False)
 non_negative = st.one_of(st.integers(0, 10**9), st.floats(0, 1e9, allow_nan=False))
+# Durations (max_age, ttl): at least MIN_SECONDS (1 ms), finite.
 positive = st.one_of(
     st.integers(1, 10**9),
-    st.floats(0, 1e9, exclude_min=True, allow_nan=False, allow_infinity=False),
+    st.floats(0.001, 1e9, allow_nan=False, allow_infinity=False),
 )
 
 # User values as they come back from the wire: lists (never tuples), str-keyed maps, no NaN
@@ -200,7 +201,7 @@ bodies = st.one_of(
     st.builds(SessionEnded, st.booleans()),
     st.builds(Pong, st.floats(allow_nan=False), st.floats(allow_nan=False)),
     st.builds(Statistics, stat_maps),
-    st.builds(Welcome, st.integers(-(2**63), 2**64 - 1), texts, texts, stat_maps),
+    st.builds(Welcome, st.integers(-(2**63), 2**64 - 1), texts, texts, stat_maps, texts),
     st.builds(Cancelled, st.booleans()),
 )
 server_messages = st.one_of(
@@ -488,7 +489,7 @@ FIELD_NAMES = sorted(
         "session_description", "namespace", "statements", "tx_id", "description",
         "min_uptime", "min_trust", "wait", "target", "status", "cause", "host", "uptime",
         "trust", "failed", "data", "fence", "valid_until", "existed", "stats", "server",
-        "limits", "found", "code", "name", "message", "reason", "entries",
+        "limits", "found", "code", "name", "message", "reason", "entries", "instance",
     }
 )  # fmt: skip
 WORDS = [
@@ -595,7 +596,9 @@ def test_limits_never_crash_and_are_exact(stmts: list[Any], max_depth: int, max_
     """Under any limits a valid transaction either decodes intact or is refused with exactly
     TREE_TOO_DEEP or TOO_MANY_OPS, as its true depth and size dictate."""
     wire = Connection(Role.CLIENT).send(Execute(1, SessionSpec("s"), Transaction("n", stmts)))
-    conn = Connection(Role.SERVER, limits=TreeLimits(max_depth=max_depth, max_ops=max_ops))
+    conn = Connection(
+        Role.SERVER, limits=TreeLimits(max_depth=max_depth, max_ops=max_ops, max_ttl=1e9)
+    )
     conn.receive_data(wire)
     depth = max(_depth(s) for s in stmts)
     size = sum(_size(s) for s in stmts)

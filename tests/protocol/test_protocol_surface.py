@@ -35,6 +35,7 @@ def test_lost_reason_values() -> None:
         "EXPIRED": "expired",
         "TTL": "ttl",
         "ENDED": "ended",
+        "RESTARTED": "restarted",
     }
 
 
@@ -60,6 +61,9 @@ ERROR_CODES = {
     "NOT_FOUND": (310, False),
     "SHUTTING_DOWN": (311, True),
     "SLOW_CONSUMER": (312, True),
+    "TOO_LARGE": (313, False),
+    "STORE_FULL": (314, False),
+    "OVERLOADED": (315, True),
     "INTERNAL_ERROR": (500, True),
 }
 
@@ -72,7 +76,7 @@ def test_error_code_values() -> None:
 @pytest.mark.parametrize("name", list(ERROR_CODES))
 def test_error_code_closes_connection(name: str) -> None:
     """closes_connection: all 1xx, plus UNSUPPORTED_VERSION, TOO_MANY_CONNECTIONS,
-    UNAUTHORIZED, SHUTTING_DOWN, SLOW_CONSUMER and INTERNAL_ERROR."""
+    UNAUTHORIZED, SHUTTING_DOWN, SLOW_CONSUMER, OVERLOADED and INTERNAL_ERROR."""
     assert ErrorCode[name].closes_connection is ERROR_CODES[name][1]
 
 
@@ -178,6 +182,10 @@ PUBLIC = {
     "SetVar",
     "DeleteVar",
     "check_value",
+    "value_size",
+    "ELEMENT_SIZE",
+    "MIN_SECONDS",
+    "MAX_HELLO_FRAME",
 }
 
 

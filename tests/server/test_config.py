@@ -170,6 +170,7 @@ def _a_valid_other_value(name: str) -> object:
         "trust_norm_alpha": 0.5,
         "trust_norm_floor": 2.0,
         "busy_poll": 0.001,
+        "max_text": 2048,
     }.get(name, 4096)
 
 
