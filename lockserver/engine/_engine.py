@@ -8,10 +8,17 @@ Why / rules kept (SEMANTICS.md, issue #2):
   list of 2+: see _eval.py "Memory notes"); a session holds at most one entry per (namespace,
   table, variable) and knows its keys, so ending it costs O(its entries), never O(all data).
 - Sessions expire after ``max_age`` seconds idle; entries may carry a TTL. Both deadlines live
-  in min-heaps and are processed at the start of every call (and by ``sweep``), so an expired
-  session or entry is invisible to the very next transaction and reclaiming costs
-  O(expired * log n). Session deadlines move on every touch; the heap keeps the old deadline
-  and re-queues lazily when it surfaces (touching costs nothing).
+  in ``Deadlines`` (_deadlines.py: a heap for what is due within a second, dicts for the rest)
+  and are processed at the start of every call (and by ``sweep``), so an expired session or
+  entry is invisible to the very next transaction and reclaiming costs O(expired * log n).
+  A session's deadline moves on every touch; the queue keeps the old one and re-queues
+  lazily when it surfaces (touching costs nothing). What ends early (an entry released, a
+  session ended) leaves the queue at once: its memory never waits for the deadline the client
+  chose.
+- The store budget (``EngineLimits.max_store_bytes``, docs/configuration.md "Memory"):
+  ``stored`` counts entries (``entry_cost``), sessions (``SESSION_BASE`` plus id and
+  description), the data of remembered results, and what the wait queue charges for parked
+  transactions; a change that would pass the budget fails whole with STORE_FULL.
 - Fences: ``fence_epoch`` (the shell passes the wall-clock start time in microseconds) plus
   one per committing transaction that changed data. Strictly increasing within a run, and
   across restarts as long as fewer than 10**6 transactions commit per second of uptime and the
@@ -19,7 +26,10 @@ Why / rules kept (SEMANTICS.md, issue #2):
 - QoS gate: the shell passes the current trust; uptime is ``now - started_at``. A refused
   call touches nothing, not even its session.
 - Idempotent retry (docs/faults.md): a transaction with a non-empty ``transaction_id`` has its
-  result remembered in its session (the last ``RETRY_MEMORY`` ids, dropped with the session);
+  result remembered in its session (the last ``RETRY_MEMORY`` ids, at most ``RETRY_BYTES`` of
+  their selected data, dropped with the session; a result whose data alone is bigger, or does
+  not fit the store budget, is remembered without it, and a retry of it is answered with
+  TOO_LARGE stating the outcome rather than run again);
   a later transaction with the same id in the same session gets that result back without
   running (a client that lost the connection mid-call can learn the outcome). A refusal or a
   limit is not remembered (nothing ran, so running again is safe). The WaitQueue re-runs a
@@ -30,7 +40,6 @@ Why / rules kept (SEMANTICS.md, issue #2):
 
 from __future__ import annotations
 
-import heapq
 import math
 from typing import Any, cast
 
@@ -45,12 +54,16 @@ from protocol import (
     Status,
     Transaction,
     TransactionResult,
+    value_size,
 )
 
+from ._deadlines import Deadlines
 from ._eval import (
+    S_DESC,
     S_EXPIRES,
     S_FENCE,
     S_OWNER,
+    S_VALUE,
     EngineError,
     Entry,
     Slot,
@@ -58,15 +71,38 @@ from ._eval import (
     TxContext,
     as_entries,
     drop_var,
+    entry_cost,
     find_slot,
     shard_of,
+    store_full,
+    text_len,
 )
 from ._sharded import ShardedDict
 
-__all__ = ["RETRY_MEMORY", "Engine", "EngineLimits", "EngineStatistics"]
+__all__ = [
+    "RETRY_BYTES",
+    "RETRY_MEMORY",
+    "SESSION_BASE",
+    "Engine",
+    "EngineLimits",
+    "EngineStatistics",
+]
 
 #: Results of transactions with an id remembered per session for idempotent retries.
 RETRY_MEMORY = 32
+#: At most this many bytes of remembered results' selected data per session (``data_size``).
+RETRY_BYTES = 64 * 1024
+#: What a session counts in the store budget beside its id and description (its object, its
+#: index and deadline bookkeeping: measured ~400 bytes per session with 1,000,000 live).
+SESSION_BASE = 512
+
+
+def data_size(data: tuple[tuple[str, Any], ...]) -> int:
+    """An upper bound of the encoded size of a result's selected data."""
+    size = 0
+    for name, value in data:
+        size += 8 + text_len(name) + value_size(value)
+    return size
 
 
 def _at_least_one(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -81,6 +117,7 @@ class EngineLimits:
     max_sessions: int = attrs.field(default=1_000_000, validator=_at_least_one)
     max_entries: int = attrs.field(default=10_000_000, validator=_at_least_one)
     max_entries_per_session: int = attrs.field(default=100_000, validator=_at_least_one)
+    max_store_bytes: int = attrs.field(default=4 * 1024**3, validator=_at_least_one)
 
 
 @attrs.frozen
@@ -99,6 +136,7 @@ class EngineStatistics:
     sessions_expired: int
     entries_expired: int
     retries_answered: int  # executes answered from a session's retry memory (tx_id repeats)
+    stored_bytes: int  # what the store budget counts now (max_store_bytes)
 
     def to_wire(self) -> dict[str, Any]:
         """As a plain map for the statistics reply."""
@@ -109,12 +147,15 @@ class _Session:
     """A client session (engine-internal)."""
 
     __slots__ = (
+        "cost",
         "description",
         "ended",
         "held",
         "keys",
         "last_touch",
         "max_age",
+        "queued",
+        "retry_bytes",
         "retry_memory",
         "session_id",
         "tag",
@@ -126,30 +167,23 @@ class _Session:
         self.description = spec.description
         self.max_age = spec.max_age
         self.last_touch = now
+        self.queued = now + spec.max_age  # the deadline it is queued at (moves lazily)
+        # what it counts in the store budget, its retry memory's data apart
+        self.cost = SESSION_BASE + text_len(spec.session_id) + text_len(spec.description)
+        self.retry_bytes = 0  # data_size of the results in retry_memory
         self.ended = False
         # (namespace, table) -> {var: None}: the vars it holds, grouped by table (no empty
         # group); the var str is the one the table is keyed by (one dict slot per entry)
         self.keys: dict[tuple[str, str], dict[str, None]] = {}
         self.held = 0  # how many entries it holds (the size of all groups together)
-        # transaction id -> (the Transaction that ran, its result); None until first needed
-        self.retry_memory: dict[str, tuple[Transaction, TransactionResult]] | None = None
+        # transaction id -> (the Transaction that ran, its result, the data_size it counts;
+        # -1: remembered without its data); None until first needed
+        self.retry_memory: dict[str, tuple[Transaction, TransactionResult, int]] | None = None
 
     @property
     def deadline(self) -> float:
         """When the session expires unless touched again (engine clock)."""
         return self.last_touch + self.max_age
-
-
-def _remember(s: _Session, tx: Transaction, result: TransactionResult) -> None:
-    """Keep ``result`` in the session's retry memory (the last RETRY_MEMORY ids)."""
-    memory = s.retry_memory
-    if memory is None:
-        memory = s.retry_memory = {}
-    else:
-        tid = tx.transaction_id
-        if memory.pop(tid, None) is None and len(memory) >= RETRY_MEMORY:
-            del memory[next(iter(memory))]  # the oldest id (dicts keep insertion order)
-    memory[tx.transaction_id] = (tx, result)
 
 
 # Outcome names of EngineStatistics.by_outcome; counted by name (a str key hashes faster than
@@ -185,12 +219,20 @@ class Engine:
         # dict rebuilds (see _sharded.py).
         self.sessions: ShardedDict[_Session] = ShardedDict()
         self.entry_count = 0
+        self.table_count = 0
+        #: What the store budget counts now (module docstring).
+        self.stored = 0
         self.fence = fence_epoch
         self._seq = 0
-        self._session_heap: list[tuple[float, int, _Session]] = []
-        # (expires_at, seq, namespace, table, var, session_id, fence)
-        self._ttl_heap: list[tuple[float, int, str, str, str, str, int]] = []
-        self._lost: list[LockLost] = []
+        # (deadline, seq, session), keyed by the session
+        self._sessions_due = Deadlines()
+        # (expires_at, seq, namespace, table, var, session_id, fence), keyed by
+        # (namespace, table, var, session_id)
+        self._ttls_due = Deadlines()
+        # At or before the earliest deadline of either (the hot path's one comparison).
+        self._next_expiry = math.inf
+        # Lost events with the tag their session had (the principal that owned it).
+        self._lost: list[tuple[LockLost, str | None]] = []
         self._outcomes: dict[str, int] = {_OK: 0, _FAILED: 0, _REFUSED: 0}
         self._sessions_expired = 0
         self._entries_expired = 0
@@ -233,10 +275,8 @@ class Engine:
         A non-empty ``tx.transaction_id`` makes it idempotent within the session: a repeat
         returns the first result without running again (module docstring).
         """
-        # Hot path: the expiry check is inlined (nothing is due on almost every call).
-        heap = self._session_heap
-        theap = self._ttl_heap
-        if (heap and heap[0][0] <= now) or (theap and theap[0][0] <= now):
+        # Hot path: one comparison (nothing is due on almost every call).
+        if self._next_expiry <= now:
             self._expire(now)
         tid = tx.transaction_id
         if tid:  # the only cost of the retry memory to a transaction without an id
@@ -246,6 +286,8 @@ class Engine:
                 if hit is not None and hit[0] is not tx:  # the same object: a parked re-run
                     s.last_touch = now
                     self.retries_answered += 1
+                    if hit[2] < 0:
+                        raise _forgotten_data(tid, hit[1])
                     return hit[1]
         uptime = now - self.started_at
         if uptime < tx.min_uptime or trust < tx.min_trust:
@@ -286,7 +328,7 @@ class Engine:
                 valid_until,
             )
             if tid:
-                _remember(s, tx, result)
+                self._remember(s, tx, result)
             return result
         ctx = TxContext(self, s, tx.namespace, tx.transaction_id, now, self.fence + 1)
         try:
@@ -294,8 +336,7 @@ class Engine:
         except BaseException:  # a limit (EngineError) or a bug: leave no trace either way
             ctx.rollback()
             if previous_touch is None:
-                s.ended = True  # its heap item is skipped when it surfaces
-                del self.sessions[s.session_id]
+                self._forget_session(s)
             else:
                 s.last_touch = previous_touch
             raise
@@ -315,16 +356,14 @@ class Engine:
                 valid_until,
             )
             if tid:
-                _remember(s, tx, result)
+                self._remember(s, tx, result)
             return result
         if ctx.snapshots:
             self.fence += 1
+            self.stored += ctx.stored
             ns = tx.namespace
-            if ctx.ttl_pushes:
-                sid = s.session_id
-                for expires, table, var, fence in ctx.ttl_pushes:
-                    self._seq += 1
-                    heapq.heappush(theap, (expires, self._seq, ns, table, var, sid, fence))
+            if ctx.ttl_ops:
+                self._apply_ttl_ops(ns, s.session_id, ctx.ttl_ops)
             if not ctx.tables:  # the transaction deleted the namespace's last entries
                 self.namespaces.pop(ns, None)
             if self.track_changes:
@@ -343,7 +382,7 @@ class Engine:
             valid_until,
         )
         if tid:
-            _remember(s, tx, result)
+            self._remember(s, tx, result)
         return result
 
     def end_session(self, session_id: str, *, now: float, notify: bool = False) -> bool:
@@ -361,16 +400,24 @@ class Engine:
         return self._expire(now)
 
     def next_deadline(self) -> float | None:
-        """The earliest queued expiry time (a session's may have moved later since)."""
-        times = []
-        if self._session_heap:
-            times.append(self._session_heap[0][0])
-        if self._ttl_heap:
-            times.append(self._ttl_heap[0][0])
-        return min(times) if times else None
+        """The earliest queued expiry time (a session's may have moved later since), None
+        when none."""
+        t = min(self._sessions_due.first(), self._ttls_due.first())
+        return None if t == math.inf else t
+
+    @property
+    def has_lost(self) -> bool:
+        """Whether LockLost events are queued (``drain_lost`` would return some)."""
+        return bool(self._lost)
 
     def drain_lost(self) -> list[LockLost]:
         """Take the LockLost events queued since the last call."""
+        lost, self._lost = self._lost, []
+        return [event for event, _ in lost]
+
+    def drain_lost_tagged(self) -> list[tuple[LockLost, str | None]]:
+        """Take the LockLost events queued since the last call, each with the tag its session
+        had when the entries were lost (``tag_session``: the principal that owned it)."""
         lost, self._lost = self._lost, []
         return lost
 
@@ -388,8 +435,12 @@ class Engine:
         if s is not None and s.tag is None:
             s.tag = tag
 
-    def session_tag(self, session_id: str) -> str | None:
-        """The label of a live session (None: unknown or unlabelled)."""
+    def session_tag(self, session_id: str, now: float | None = None) -> str | None:
+        """The label of a live session (None: unknown or unlabelled). With ``now``, deadlines
+        due by then are processed first, so a session whose max age has passed is not seen
+        (nor its owner) even before anything else expired it."""
+        if now is not None and self._next_expiry <= now:
+            self._expire(now)
         s = self.sessions.get(session_id)
         return None if s is None else s.tag
 
@@ -404,7 +455,7 @@ class Engine:
         return EngineStatistics(
             uptime=self.uptime(now),
             namespaces=len(self.namespaces),
-            tables=sum(len(t) for t in self.namespaces.values()),
+            tables=self.table_count,
             entries=self.entry_count,
             sessions=len(self.sessions),
             fence=self.fence,
@@ -413,6 +464,7 @@ class Engine:
             sessions_expired=self._sessions_expired,
             entries_expired=self._entries_expired,
             retries_answered=self.retries_answered,
+            stored_bytes=self.stored,
         )
 
     # --- internals ----------------------------------------------------------------------------
@@ -425,36 +477,103 @@ class Engine:
                 f"(max_sessions={self.limits.max_sessions})",
             )
         s = _Session(spec, now)
+        if self.stored + s.cost > self.limits.max_store_bytes:
+            raise store_full(self.stored, self.limits.max_store_bytes)
         self.sessions[spec.session_id] = s
+        self.stored += s.cost
         self._seq += 1
-        heapq.heappush(self._session_heap, (s.deadline, self._seq, s))
+        deadline = s.queued
+        self._sessions_due.add(s, (deadline, self._seq, s))
+        self._next_expiry = min(self._next_expiry, deadline)
         return s
+
+    def _forget_session(self, s: _Session) -> None:
+        """Drop a session that holds nothing (created by a call that then failed)."""
+        s.ended = True
+        del self.sessions[s.session_id]
+        self._sessions_due.discard(s, s.queued)
+        self.stored -= s.cost + s.retry_bytes
+        s.retry_memory = None
+
+    def _remember(self, s: _Session, tx: Transaction, result: TransactionResult) -> None:
+        """Keep ``result`` in the session's retry memory: the last RETRY_MEMORY ids, at most
+        RETRY_BYTES of their data (oldest forgotten first), within the store budget; a result
+        whose data cannot be kept is remembered without it (a retry is then refused)."""
+        memory = s.retry_memory
+        tid = tx.transaction_id
+        if memory is None:
+            memory = s.retry_memory = {}
+        else:
+            old = memory.pop(tid, None)
+            if old is not None:
+                self._unremember(s, old[2])
+        size = data_size(result.data) if result.data else 0
+        if size > RETRY_BYTES or self.stored + size > self.limits.max_store_bytes:
+            memory[tid] = (tx, result, -1)
+        else:
+            while memory and (s.retry_bytes + size > RETRY_BYTES):
+                oldest = next(iter(memory))
+                self._unremember(s, memory.pop(oldest)[2])
+            memory[tid] = (tx, result, size)
+            s.retry_bytes += size
+            self.stored += size
+        while len(memory) > RETRY_MEMORY:
+            oldest = next(iter(memory))  # dicts keep insertion order
+            self._unremember(s, memory.pop(oldest)[2])
+
+    def _unremember(self, s: _Session, size: int) -> None:
+        if size > 0:
+            s.retry_bytes -= size
+            self.stored -= size
+
+    def _apply_ttl_ops(
+        self, ns: str, sid: str, ops: list[tuple[float, str, str, int | None]]
+    ) -> None:
+        """Queue the deadlines a committed transaction wrote, forget those it removed."""
+        due = self._ttls_due
+        for expires, table, var, fence in ops:
+            key = (ns, table, var, sid)
+            if fence is None:
+                due.discard(key, expires)
+            else:
+                self._seq += 1
+                due.add(key, (expires, self._seq, ns, table, var, sid, fence))
+                self._next_expiry = min(self._next_expiry, expires)
 
     def _expire(self, now: float) -> int:
         """Process every session and entry deadline due by ``now`` in time order (a session
         before an entry at the same instant), so each loss is reported with its true cause."""
         removed = 0
-        heap = self._session_heap
-        theap = self._ttl_heap
-        while (heap and heap[0][0] <= now) or (theap and theap[0][0] <= now):
-            if heap and heap[0][0] <= now and (not theap or heap[0][0] <= theap[0][0]):
-                queued, _, s = heapq.heappop(heap)
-                if s.ended:
-                    continue
+        sessions = self._sessions_due
+        ttls = self._ttls_due
+        sessions.advance(now)
+        ttls.advance(now)
+        snear = sessions.near
+        tnear = ttls.near
+        while (snear and snear[0][0] <= now) or (tnear and tnear[0][0] <= now):
+            if snear and snear[0][0] <= now and (not tnear or snear[0][0] <= tnear[0][0]):
+                queued, _, s = sessions.pop()
+                if s.ended or s.queued != queued:
+                    continue  # ended meanwhile (forgotten by the queue), or re-queued
                 deadline = s.deadline
                 if deadline > queued:  # touched since queued: re-queue at its real deadline
                     self._seq += 1
-                    heapq.heappush(heap, (deadline, self._seq, s))
+                    s.queued = deadline
+                    sessions.add(s, (deadline, self._seq, s))
                     continue
                 removed += s.held
                 self._sessions_expired += 1
                 self._drop_session(s, LostReason.EXPIRED)
             else:
-                expires, _, ns, table, var, sid, fence = heapq.heappop(theap)
+                expires, _, ns, table, var, sid, fence = ttls.pop()
                 if self._remove_entry(ns, table, var, sid, fence, expires):
                     removed += 1
                     self._entries_expired += 1
-                    self._lost.append(LockLost(sid, LostReason.TTL, ((ns, table, var, fence),)))
+                    tag = self.sessions[sid].tag
+                    self._lost.append(
+                        (LockLost(sid, LostReason.TTL, ((ns, table, var, fence),)), tag)
+                    )
+        self._next_expiry = min(sessions.next_time(), ttls.next_time())
         return removed
 
     def _remove_entry(
@@ -474,8 +593,10 @@ class Engine:
             i += 1
             if i == len(entries):
                 return False
-        if entries[i][S_FENCE] != fence or entries[i][S_EXPIRES] != expires:
+        e = entries[i]
+        if e[S_FENCE] != fence or e[S_EXPIRES] != expires:
             return False
+        self.stored -= entry_cost(table, var, e[S_VALUE], e[S_DESC])
         self._unlink(ns, table, var, tables, slot, i)
         # The owner is alive: a dropped session's entries are gone with it.
         s = self.sessions[sid]
@@ -499,8 +620,10 @@ class Engine:
         """Delete entry ``i`` of ``slot`` (the slot of ``table``/``var`` in ``tables``) and
         drop the containers it leaves empty; a list left with one entry becomes that entry."""
         if type(slot) is tuple:
-            if drop_var(tables, table, var) and not tables:
-                del self.namespaces[ns]
+            if drop_var(tables, table, var):
+                self.table_count -= 1
+                if not tables:
+                    del self.namespaces[ns]
         elif len(slot) == 2:
             shard_of(tables[table], var)[var] = slot[1 - i]  # the other one, alone again
         else:
@@ -511,9 +634,12 @@ class Engine:
     def _drop_session(self, s: _Session, reason: LostReason | None) -> None:
         s.ended = True
         del self.sessions[s.session_id]
+        self._sessions_due.discard(s, s.queued)
         lost: list[tuple[str, str, str, int]] = []
         sid = s.session_id
         namespaces = self.namespaces
+        ttls = self._ttls_due
+        freed = s.cost + s.retry_bytes
         for (ns, table), group in s.keys.items():
             tables = namespaces[ns]
             t = tables[table]  # not dropped in the loop: this session's entries are in it
@@ -521,17 +647,38 @@ class Engine:
                 slot = shard_of(t, var)[var]
                 if type(slot) is tuple:
                     i = 0
-                    fence = slot[S_FENCE]
+                    e: Entry = slot
                 else:
                     entries = cast("list[Entry]", slot)
                     i = 0  # the session holds exactly one entry here (its keys say so)
                     while entries[i][S_OWNER] != sid:
                         i += 1
-                    fence = entries[i][S_FENCE]
-                lost.append((ns, table, var, fence))
+                    e = entries[i]
+                lost.append((ns, table, var, e[S_FENCE]))
+                freed += entry_cost(table, var, e[S_VALUE], e[S_DESC])
+                if e[S_EXPIRES] is not None:
+                    ttls.discard((ns, table, var, sid), e[S_EXPIRES])
                 self._unlink(ns, table, var, tables, slot, i)
         self.entry_count -= s.held
+        self.stored -= freed
         s.held = 0
         s.keys.clear()
+        s.retry_memory = None  # freed now, not when the session's deadline would have come
+        s.retry_bytes = 0
         if reason is not None:
-            self._lost.append(LockLost(sid, reason, tuple(lost)))
+            self._lost.append((LockLost(sid, reason, tuple(lost)), s.tag))
+
+
+def _forgotten_data(tid: str, result: TransactionResult) -> EngineError:
+    """The refusal of a retry whose result was remembered without its selected data."""
+    outcome = (
+        result.status.name
+        if result.cause is Cause.UNSPECIFIED
+        else (f"{result.status.name}/{result.cause.name}")
+    )
+    return EngineError(
+        ErrorCode.TOO_LARGE,
+        f"transaction {tid!r} already ran in this session ({outcome}, fence {result.fence}); "
+        "its selected data was too large to remember for retries, so it is not repeated "
+        "and its data cannot be sent again",
+    )

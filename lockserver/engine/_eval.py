@@ -41,6 +41,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from protocol import (
+    DEFAULT_MAX_FRAME,
+    ELEMENT_SIZE,
     Abort,
     And,
     AnywayContinueAfter,
@@ -62,6 +64,7 @@ from protocol import (
     TrueOp,
     Waiting,
     Xor,
+    value_size,
 )
 
 from ._sharded import ShardedDict
@@ -70,6 +73,8 @@ if TYPE_CHECKING:
     from ._engine import Engine, _Session
 
 __all__ = [
+    "ENTRY_BASE",
+    "REPLY_DATA_LIMIT",
     "BigTable",
     "Entry",
     "EngineError",
@@ -80,9 +85,12 @@ __all__ = [
     "add_var",
     "as_entries",
     "drop_var",
+    "entry_cost",
     "find_slot",
     "same_value",
     "shard_of",
+    "store_full",
+    "text_len",
 ]
 
 # (session_id, value, description, tx_id, set_at, expires_at, fence)
@@ -96,6 +104,32 @@ S_TX: Final = 3
 S_SET_AT: Final = 4
 S_EXPIRES: Final = 5
 S_FENCE: Final = 6
+
+#: What an entry counts in the server's store budget (``max_store_bytes``) beside its names,
+#: value and description: about what one held lock costs in the server's memory (measured
+#: ~240 bytes per entry with 1,000,000 held: the entry tuple, its table slot, the session's
+#: index slot, the expiry bookkeeping).
+ENTRY_BASE: Final = 256
+
+#: The most bytes of selected data one result may carry: a result frame must stay within the
+#: 1 MiB every client accepts (PROTOCOL.md "Transport"), with room for its other fields.
+REPLY_DATA_LIMIT: Final = DEFAULT_MAX_FRAME - 16 * 1024
+
+
+def entry_cost(table: str, var: str, value: Any, description: str | None) -> int:
+    """What an entry counts in the store budget (documented in docs/configuration.md): the
+    base, its table and variable names, its value's size and its description."""
+    cost = ENTRY_BASE + len(table) + len(var)
+    if value is not None:
+        cost += value_size(value)
+    if description is not None:
+        cost += len(description)
+    return cost
+
+
+def text_len(s: str) -> int:
+    """The UTF-8 length of ``s`` (its length when ASCII, the common case, at no cost)."""
+    return len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass"))
 
 
 class Vars(dict[str, Slot]):
@@ -150,14 +184,17 @@ def find_slot(tables: dict[str, Table] | None, table: str, var: str) -> Slot | N
     return shard_of(t, var).get(var)
 
 
-def add_var(tables: dict[str, Table], table: str, var: str, slot: Slot) -> None:
-    """Store ``slot`` under ``var``, absent until now; create the table when missing."""
+def add_var(tables: dict[str, Table], table: str, var: str, slot: Slot) -> bool:
+    """Store ``slot`` under ``var``, absent until now; create the table when missing (then
+    True)."""
     t = tables.get(table)
+    created = t is None
     if t is None:
         tables[table] = t = Vars()
     t[var] = slot
     if type(t) is Vars and len(t) >= SHARD_AT:
         tables[table] = BigTable(t)
+    return created
 
 
 def drop_var(tables: dict[str, Table], table: str, var: str) -> bool:
@@ -187,6 +224,15 @@ class EngineError(Exception):
         self.message = message
 
 
+def store_full(stored: int, limit: int) -> EngineError:
+    """The refusal of a change that would pass the store budget."""
+    return EngineError(
+        ErrorCode.STORE_FULL,
+        f"the server's stored data would pass its budget (max_store_bytes={limit}, "
+        f"{stored} counted now); nothing was changed",
+    )
+
+
 class _Aborted(Exception):
     """Control-flow signal: a statement aborted; ``path`` collects node names inside-out."""
 
@@ -212,6 +258,7 @@ class TxContext:
 
     __slots__ = (
         "data",
+        "data_bytes",
         "engine",
         "fence",
         "namespace",
@@ -219,8 +266,9 @@ class TxContext:
         "session",
         "sid",
         "snapshots",
+        "stored",
         "tables",
-        "ttl_pushes",
+        "ttl_ops",
         "tx_id",
     )
 
@@ -245,7 +293,12 @@ class TxContext:
         # (table, var) -> the variable's slot before this transaction's first change (a copy
         # when a list; None when the variable did not exist).
         self.snapshots: dict[tuple[str, str], Slot | None] = {}
-        self.ttl_pushes: list[tuple[float, str, str, int]] = []
+        # In order: (expires, table, var, fence) for an entry with a deadline this transaction
+        # wrote, (expires, table, var, None) for one it removed or replaced; applied to the
+        # engine's deadlines at commit only.
+        self.ttl_ops: list[tuple[float, str, str, int | None]] = []
+        self.stored = 0  # change of the store budget's count (entry_cost), applied at commit
+        self.data_bytes = 0  # an upper bound of the encoded size of ``data``
 
     # --- running ------------------------------------------------------------------------------
 
@@ -274,12 +327,13 @@ class TxContext:
         for (table, var), before in self.snapshots.items():
             now_slot = find_slot(tables, table, var)
             if before is None:
-                if now_slot is not None:
-                    drop_var(tables, table, var)
+                if now_slot is not None and drop_var(tables, table, var):
+                    engine.table_count -= 1
                 had = False
             else:
                 if now_slot is None:
-                    add_var(tables, table, var, before)
+                    if add_var(tables, table, var, before):
+                        engine.table_count += 1
                 else:
                     shard_of(tables[table], var)[var] = before
                 had = any(e[0] == sid for e in as_entries(before))
@@ -305,10 +359,46 @@ class TxContext:
     def _slot(self, table: str, var: str) -> Slot | None:
         return find_slot(self.tables, table, var)
 
+    def _removed(self, table: str, var: str, e: Entry) -> None:
+        """The caller's entry ``e`` of table/var is removed by this transaction."""
+        self.stored -= entry_cost(table, var, e[S_VALUE], e[S_DESC])
+        expires = e[S_EXPIRES]
+        if expires is not None:
+            self.ttl_ops.append((expires, table, var, None))
+
+    def _replace(self, table: str, var: str, e: Entry, cost: int) -> None:
+        """The caller's entry ``e`` is replaced by one costing ``cost`` (store budget: only a
+        replacement that costs more can be refused)."""
+        old = entry_cost(table, var, e[S_VALUE], e[S_DESC])
+        engine = self.engine
+        limit = engine.limits.max_store_bytes
+        if cost > old and engine.stored + self.stored + cost - old > limit:
+            raise store_full(engine.stored, limit)
+        self._removed(table, var, e)
+        self.stored += cost
+
     def _snapshot(self, table: str, var: str, slot: Slot) -> None:
         key = (table, var)
         if key not in self.snapshots:
             self.snapshots[key] = slot[:]  # a list is copied, an Entry is immutable
+
+    def _reserve(self, into: str, size: int) -> None:
+        """Count a selected ``(into, value)`` whose value encodes in at most ``size`` bytes.
+        Past REPLY_DATA_LIMIT the transaction fails whole (TOO_LARGE): its reply could not be
+        sent."""
+        self.data_bytes += size + 8 + text_len(into)
+        if self.data_bytes > REPLY_DATA_LIMIT:
+            raise EngineError(
+                ErrorCode.TOO_LARGE,
+                f"the transaction selects more than {REPLY_DATA_LIMIT} bytes of data, more "
+                "than a reply may carry; nothing was changed (select fewer entries or values)",
+            )
+
+    def _record_size(self, e: Entry) -> int:
+        """An upper bound of an entry record's encoded size (keys, numbers, texts, value)."""
+        desc = e[S_DESC]
+        size = 128 + text_len(e[S_OWNER]) + text_len(e[S_TX]) + value_size(e[S_VALUE])
+        return size if desc is None else size + text_len(desc)
 
     def _record(self, e: Entry) -> dict[str, Any]:
         start = self.engine.started_at
@@ -393,25 +483,37 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
         expires = ctx.engine.window_end(now, node.period)
     else:
         expires = None
-    entry: Entry = (sid, node.value, node.description, ctx.tx_id, now, expires, ctx.fence)
-    if expires is not None:
-        ctx.ttl_pushes.append((expires, table, var, ctx.fence))
+    value = node.value
+    desc = node.description
+    entry: Entry = (sid, value, desc, ctx.tx_id, now, expires, ctx.fence)
+    engine = ctx.engine
+    # entry_cost inlined for the common case (no value, no description)
+    cost = ENTRY_BASE + len(table) + len(var)
+    if value is not None:
+        cost += value_size(value)
+    if desc is not None:
+        cost += len(desc)
     if slot is not None:
         assert vars_ is not None  # (it holds slot)
         if type(slot) is tuple:
             if slot[0] == sid:
+                ctx._replace(table, var, slot, cost)
                 ctx._snapshot(table, var, slot)
                 vars_[var] = entry
+                if expires is not None:
+                    ctx.ttl_ops.append((expires, table, var, ctx.fence))
                 return True
         else:
             entries = cast("list[Entry]", slot)
             for i, e in enumerate(entries):
                 if e[0] == sid:
+                    ctx._replace(table, var, e, cost)
                     ctx._snapshot(table, var, entries)
                     entries[i] = entry
+                    if expires is not None:
+                        ctx.ttl_ops.append((expires, table, var, ctx.fence))
                     return True
     # A new entry for this session.
-    engine = ctx.engine
     session = ctx.session
     if session.held >= engine.limits.max_entries_per_session:
         raise EngineError(
@@ -425,6 +527,12 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
             f"the server holds {engine.entry_count} entries, the limit "
             f"(max_entries={engine.limits.max_entries})",
         )
+    stored = ctx.stored + cost
+    if engine.stored + stored > engine.limits.max_store_bytes:
+        raise store_full(engine.stored, engine.limits.max_store_bytes)
+    ctx.stored = stored
+    if expires is not None:
+        ctx.ttl_ops.append((expires, table, var, ctx.fence))
     snapshots = ctx.snapshots  # hot path: ctx._snapshot inlined
     if slot is None:
         if (table, var) not in snapshots:
@@ -439,7 +547,8 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
         else:
             if tables is None:
                 tables = ctx.tables = engine.namespaces.setdefault(ctx.namespace, {})
-            add_var(tables, table, var, entry)
+            if add_var(tables, table, var, entry):
+                engine.table_count += 1
     elif type(slot) is tuple:
         if (table, var) not in snapshots:
             snapshots[table, var] = slot
@@ -480,20 +589,24 @@ def _op_deletevar(ctx: TxContext, node: Any) -> bool:
         snapshots = ctx.snapshots  # hot path: ctx._snapshot inlined
         if (table, var) not in snapshots:
             snapshots[table, var] = slot
+        ctx._removed(table, var, slot)
         del vars_[var]  # drop_var inlined
         if t is vars_:
             if not vars_:
                 del tables[table]
+                ctx.engine.table_count -= 1
         else:
             t.n -= 1  # type: ignore[union-attr]
             if not t.n:  # type: ignore[union-attr]
                 del tables[table]
+                ctx.engine.table_count -= 1
     else:
         entries = cast("list[Entry]", slot)
         for i, e in enumerate(entries):
             if e[0] == sid:
                 if value is not None and not same_value(e[1], value):
                     return False
+                ctx._removed(table, var, e)
                 ctx._snapshot(table, var, entries)
                 if len(entries) == 2:
                     vars_[var] = entries[1 - i]  # the other one, alone again
@@ -593,11 +706,14 @@ def _st_anyway(ctx: TxContext, node: Any) -> None:
 
 
 def _st_select_const(ctx: TxContext, node: Any) -> None:
+    ctx._reserve(node.into, value_size(node.value, REPLY_DATA_LIMIT))
     ctx.data.append((node.into, node.value))
 
 
 def _st_select_op(ctx: TxContext, node: Any) -> None:
-    ctx.data.append((node.into, _OPERATOR[type(node.operator)](ctx, node.operator)))
+    value = _OPERATOR[type(node.operator)](ctx, node.operator)
+    ctx._reserve(node.into, ELEMENT_SIZE)
+    ctx.data.append((node.into, value))
 
 
 def _st_select_var(ctx: TxContext, node: Any) -> None:
@@ -607,10 +723,18 @@ def _st_select_var(ctx: TxContext, node: Any) -> None:
     if not found:
         if node.abort_if_not_found:
             raise _Aborted("SelectVarValueOp")
+        ctx._reserve(node.into, ELEMENT_SIZE)
         ctx.data.append((node.into, None))
     elif node.select_many:
+        size = ELEMENT_SIZE
+        for e in found:
+            size += ctx._record_size(e)
+            if size > REPLY_DATA_LIMIT:
+                break  # enough to be refused
+        ctx._reserve(node.into, size)
         ctx.data.append((node.into, [ctx._record(e) for e in found]))
     else:
+        ctx._reserve(node.into, ctx._record_size(found[0]))
         ctx.data.append((node.into, ctx._record(found[0])))
 
 

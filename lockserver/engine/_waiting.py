@@ -22,13 +22,29 @@ Rules kept (documented for users in docs/waiting.md):
   cancelled, or when its session ends or expires (answered with cause SessionExpired). Waiting
   does not keep the session alive: the client's pings do.
 
-Cost: parking O(deps); a change costs O(waiters of the changed variables * their ops); a
-deadline O(log waiters). The queue is pure: every method takes ``now``.
+Bounds (issue 14): a change re-evaluates every waiter of the changed variables, so the work
+one change can trigger is bounded where waiters park: each parked transaction weighs its ops
+plus ``RUN_WEIGHT`` (the fixed cost of running a transaction, in ops), and the weights parked
+on one variable, by one session and by one principal are capped (``WaitLimits``): 10,000
+parked transactions of 1,000 ops that could never succeed made every release of the variable
+they watched block the server ~600 ms; now at most ``max_waiting_ops_per_variable`` (about 15
+ms). A parked transaction also counts in the engine's store budget (``waiter_cost``).
+
+Answers are values: ``submit``, ``process`` and the cancels return every answer due, a
+TransactionResult or an EngineError (a limit, or ``INTERNAL_ERROR`` carrying the bug as its
+``__cause__``), and never raise once anything has been decided: one bad waiter can never lose
+another's answer (a release that committed is always answered, and so is every waiter granted
+in the same pass).
+
+Cost: parking O(tree); a change costs O(waiters of the changed variables * their ops); a
+deadline O(log waiters). Deadlines live in ``Deadlines``, so a cancelled waiter's memory is
+freed at once, not when its wait would have run out. The queue is pure: every method takes
+``now``.
 """
 
 from __future__ import annotations
 
-import heapq
+import math
 from collections.abc import Hashable, Iterable, Iterator
 from typing import Any, cast
 
@@ -48,15 +64,33 @@ from protocol import (
     Transaction,
     TransactionResult,
     Waiting,
+    value_size,
 )
 
+from ._deadlines import Deadlines
 from ._engine import Engine
-from ._eval import EngineError
+from ._eval import EngineError, store_full
 
-__all__ = ["WaitLimits", "WaitQueue", "WaitStatistics", "dependencies", "keys_of"]
+__all__ = [
+    "RUN_WEIGHT",
+    "Answer",
+    "WaitLimits",
+    "WaitQueue",
+    "WaitStatistics",
+    "dependencies",
+    "internal_error",
+    "keys_of",
+]
 
 Key = tuple[str, str, str]
 _KEYED = (Exists, SetVar, DeleteVar, SelectVarValue, CountBelow, Waiting)
+#: What re-running one parked transaction costs beside its ops, in ops (measured: ~5 µs per
+#: run plus ~0.08 µs per cheap op).
+RUN_WEIGHT = 64
+#: Bytes a parked transaction counts in the store budget per op of its tree, and once (measured:
+#: ~2,300 bytes for a 5-op mutex acquire parked, its tree and bookkeeping, its session apart).
+_OP_BYTES = 128
+_WAITER_BYTES = 1536
 # Wait-time histogram bucket upper bounds, seconds (the last bucket is "more").
 _BUCKETS = (0.001, 0.01, 0.1, 1.0, 10.0, 60.0)
 
@@ -91,6 +125,54 @@ def keys_of(tx: Transaction, kind: type) -> frozenset[Key]:
     return frozenset(keys)
 
 
+class _Shape:
+    """What parking a transaction needs to know of its tree, from one walk."""
+
+    __slots__ = ("cost", "keys", "ops", "sets", "watches")
+
+    def __init__(self, tx: Transaction) -> None:
+        ns = tx.namespace
+        keys: set[Key] = set()
+        sets: set[Key] = set()
+        watches: set[Key] = set()
+        ops = 0
+        cost = _WAITER_BYTES
+        stack: list[Any] = list(tx.statements)
+        while stack:
+            node = stack.pop()
+            ops += 1
+            t = type(node)
+            if isinstance(node, _KEYED):
+                keyed: Any = node
+                key = (ns, keyed.table, keyed.var)
+                keys.add(key)
+                if t is SetVar:
+                    sets.add(key)
+                elif t is Waiting:
+                    watches.add(key)
+                elif t is CountBelow and keyed.limit_table is not None:
+                    keys.add((ns, keyed.limit_table, keyed.limit_var))
+            value = getattr(node, "value", None)
+            if value is not None:
+                cost += value_size(value)
+            stack.extend(_children(node))
+        self.keys = frozenset(keys)
+        self.sets = frozenset(sets)
+        self.watches = frozenset(watches)
+        self.ops = ops + RUN_WEIGHT  # the weight in the wait limits
+        self.cost = cost + _OP_BYTES * ops  # the bytes it counts in the store budget
+
+
+def internal_error(exc: BaseException) -> EngineError:
+    """The answer for a request whose evaluation hit a bug: INTERNAL_ERROR (the connection is
+    closed), with the bug as ``__cause__`` for the shell to log."""
+    err = EngineError(
+        ErrorCode.INTERNAL_ERROR, "internal server error (logged); the connection is closed"
+    )
+    err.__cause__ = exc
+    return err
+
+
 def _children(node: Node) -> Iterator[Node]:
     for field in attrs.fields(cast("type[attrs.AttrsInstance]", type(node))):
         value = getattr(node, field.name)
@@ -112,6 +194,10 @@ class WaitLimits:
     max_waiters: int = attrs.field(default=100_000, validator=_at_least_one)
     max_waiters_per_session: int = attrs.field(default=1_000, validator=_at_least_one)
     max_waiters_per_owner: int = attrs.field(default=10_000, validator=_at_least_one)
+    # Weights (ops + RUN_WEIGHT per parked transaction), see the module docstring.
+    max_waiting_ops_per_variable: int = attrs.field(default=200_000, validator=_at_least_one)
+    max_waiting_ops_per_session: int = attrs.field(default=100_000, validator=_at_least_one)
+    max_waiting_ops_per_principal: int = attrs.field(default=10_000_000, validator=_at_least_one)
 
 
 @attrs.frozen
@@ -134,11 +220,14 @@ class WaitStatistics:
 
 class _Waiter:
     __slots__ = (
+        "cost",
         "deadline",
         "keys",
         "last",
+        "ops",
         "owner",
         "parked_at",
+        "principal",
         "seen",
         "seq",
         "session",
@@ -152,29 +241,34 @@ class _Waiter:
         self,
         seq: int,
         owner: Hashable,
+        principal: Hashable,
         token: Hashable,
         session: SessionSpec,
         tx: Transaction,
-        keys: frozenset[Key],
+        shape: _Shape,
         parked_at: float,
         deadline: float,
         last: TransactionResult,
     ) -> None:
         self.seq = seq
         self.owner = owner
+        self.principal = principal
         self.token = token
         self.session = session
         self.tx = tx
-        self.keys = keys
+        self.keys = shape.keys
+        self.ops = shape.ops
+        self.cost = shape.cost
         self.parked_at = parked_at
         self.deadline = deadline
         self.last = last
         self.seen = 0  # the queue's change version this waiter was last evaluated at
-        self.sets = keys_of(tx, SetVar)  # what it would set: visible through ``Waiting``
-        self.watches = keys_of(tx, Waiting)  # whose pending setters it looks at
+        self.sets = shape.sets  # what it would set: visible through ``Waiting``
+        self.watches = shape.watches  # whose pending setters it looks at
 
 
-Answer = tuple[Hashable, TransactionResult]
+#: (token, what to answer it with): a result, or an error reply's EngineError.
+Answer = tuple[Hashable, TransactionResult | EngineError]
 
 
 class WaitQueue:
@@ -192,7 +286,11 @@ class WaitQueue:
         self._by_session: dict[str, dict[int, _Waiter]] = {}
         self._by_owner: dict[Hashable, dict[int, _Waiter]] = {}
         self._watched: dict[Key, int] = {}  # variables parked Waiting nodes look at
-        self._deadlines: list[tuple[float, int, _Waiter]] = []
+        # weights (ops + RUN_WEIGHT) parked per variable, session and principal
+        self._ops_by_key: dict[Key, int] = {}
+        self._ops_by_session: dict[str, int] = {}
+        self._ops_by_principal: dict[Hashable, int] = {}
+        self._deadlines = Deadlines()  # (deadline, seq, waiter), keyed by the waiter
         self._parked_total = 0
         self._granted_total = 0
         self._timed_out_total = 0
@@ -215,70 +313,154 @@ class WaitQueue:
         now: float,
         trust: float,
         wait: float | None,
+        principal: Hashable = "",
     ) -> list[Answer]:
         """Execute ``tx`` (parking it when it fails and ``wait`` > 0) and return every answer
         now due, this request's own included unless it was parked. Pending expiries are
-        handed to older waiters *before* the newcomer runs, so it cannot barge in.
-        Raises EngineError for limits (nothing parked, nothing changed)."""
+        handed to older waiters *before* the newcomer runs, so it cannot barge in. A limit
+        (or a bug) is this request's answer, an EngineError; nothing then changed for it, and
+        every other answer due is still returned. Never raises."""
         waits = wait is not None and wait > 0
         if waits:
             if token in self._by_token:
-                raise EngineError(
-                    ErrorCode.DUPLICATE_REQUEST_ID, f"request {token!r} is already waiting"
-                )
-            self._check_limits(owner, session.session_id)
+                return [
+                    (
+                        token,
+                        EngineError(
+                            ErrorCode.DUPLICATE_REQUEST_ID,
+                            f"request {token!r} is already waiting",
+                        ),
+                    )
+                ]
+            refusal = self._check_count(owner, session.session_id)
+            if refusal is not None:
+                return [(token, refusal)]
         answers = self.process(now=now, trust=trust) if self._by_token else []
-        result = self.engine.execute(session, tx, now=now, trust=trust)
-        if (
-            not waits
-            or result.status is not Status.TRANSACTION_ERROR
-            or (result.cause is not Cause.STATEMENT)
-        ):
-            answers.append((token, result))
-            if self._by_token:
-                answers.extend(self.process(now=now, trust=trust))
-            return answers
-        assert wait is not None
+        try:
+            result = self.engine.execute(session, tx, now=now, trust=trust)
+        except EngineError as exc:
+            answers.append((token, exc))
+        except Exception as exc:  # a bug: this request's answer, nobody else's
+            answers.append((token, internal_error(exc)))
+        else:
+            if (
+                not waits
+                or result.status is not Status.TRANSACTION_ERROR
+                or (result.cause is not Cause.STATEMENT)
+            ):
+                answers.append((token, result))
+            else:
+                assert wait is not None
+                refusal = self._park(owner, principal, token, session, tx, now, wait, result)
+                if refusal is not None:
+                    answers.append((token, refusal))
+                return answers
+        if self._by_token:
+            answers.extend(self.process(now=now, trust=trust))
+        return answers
+
+    def _park(
+        self,
+        owner: Hashable,
+        principal: Hashable,
+        token: Hashable,
+        session: SessionSpec,
+        tx: Transaction,
+        now: float,
+        wait: float,
+        last: TransactionResult,
+    ) -> EngineError | None:
+        """Park a transaction that just failed; the refusal when a weight limit or the store
+        budget does not allow it (it ran and changed nothing: refusing it is clean)."""
+        shape = _Shape(tx)
+        sid = session.session_id
+        refusal = self._check_weights(shape, sid, principal)
+        if refusal is not None:
+            return refusal
+        engine = self.engine
+        if engine.stored + shape.cost > engine.limits.max_store_bytes:
+            return store_full(engine.stored, engine.limits.max_store_bytes)
         self._seq += 1
-        w = _Waiter(self._seq, owner, token, session, tx, dependencies(tx), now, now + wait, result)
+        w = _Waiter(self._seq, owner, principal, token, session, tx, shape, now, now + wait, last)
         w.seen = self._version
         self._by_token[token] = w
+        ops = w.ops
+        by_key = self._ops_by_key
         for key in w.keys:
             self._by_key.setdefault(key, {})[w.seq] = w
-        self._by_session.setdefault(session.session_id, {})[w.seq] = w
+            by_key[key] = by_key.get(key, 0) + ops
+        self._by_session.setdefault(sid, {})[w.seq] = w
+        self._ops_by_session[sid] = self._ops_by_session.get(sid, 0) + ops
+        self._ops_by_principal[principal] = self._ops_by_principal.get(principal, 0) + ops
         self._by_owner.setdefault(owner, {})[w.seq] = w
-        sid = session.session_id
-        pending = self.engine.pending_sets
+        pending = engine.pending_sets
         for key in w.sets:
             setters = pending.setdefault(key, {})
             setters[sid] = setters.get(sid, 0) + 1
         for key in w.watches:
             self._watched[key] = self._watched.get(key, 0) + 1
-        heapq.heappush(self._deadlines, (w.deadline, w.seq, w))
+        self._deadlines.add(w, (w.deadline, w.seq, w))
+        engine.stored += w.cost
         self._parked_total += 1
-        self.engine.track_changes = True
-        return answers
+        engine.track_changes = True
+        return None
 
-    def _check_limits(self, owner: Hashable, session_id: str) -> None:
+    def _check_count(self, owner: Hashable, session_id: str) -> EngineError | None:
         lim = self.limits
         if len(self._by_token) >= lim.max_waiters:
-            raise EngineError(
+            return EngineError(
                 ErrorCode.TOO_MANY_WAITERS,
                 f"the server has {len(self._by_token)} parked transactions, the limit "
                 f"(max_waiters={lim.max_waiters})",
             )
         if len(self._by_session.get(session_id, ())) >= lim.max_waiters_per_session:
-            raise EngineError(
+            return EngineError(
                 ErrorCode.TOO_MANY_WAITERS,
                 f"session {session_id!r} has {lim.max_waiters_per_session} parked "
                 f"transactions, the limit (max_waiters_per_session)",
             )
         if len(self._by_owner.get(owner, ())) >= lim.max_waiters_per_owner:
-            raise EngineError(
+            return EngineError(
                 ErrorCode.TOO_MANY_WAITERS,
                 f"this connection has {lim.max_waiters_per_owner} parked transactions, "
                 f"the limit (max_waiters_per_connection)",
             )
+        return None
+
+    def _check_weights(
+        self, shape: _Shape, session_id: str, principal: Hashable
+    ) -> EngineError | None:
+        lim = self.limits
+        ops = shape.ops
+        for key in shape.keys:
+            parked = self._ops_by_key.get(key, 0)
+            if parked + ops > lim.max_waiting_ops_per_variable:
+                return _too_heavy(
+                    f"variable {key[1]!r}/{key[2]!r}",
+                    parked,
+                    ops,
+                    lim.max_waiting_ops_per_variable,
+                    "max_waiting_ops_per_variable",
+                )
+        parked = self._ops_by_session.get(session_id, 0)
+        if parked + ops > lim.max_waiting_ops_per_session:
+            return _too_heavy(
+                f"session {session_id!r}",
+                parked,
+                ops,
+                lim.max_waiting_ops_per_session,
+                "max_waiting_ops_per_session",
+            )
+        parked = self._ops_by_principal.get(principal, 0)
+        if parked + ops > lim.max_waiting_ops_per_principal:
+            return _too_heavy(
+                "this principal",
+                parked,
+                ops,
+                lim.max_waiting_ops_per_principal,
+                "max_waiting_ops_per_principal",
+            )
+        return None
 
     # --- progress -----------------------------------------------------------------------------
 
@@ -293,10 +475,11 @@ class WaitQueue:
             return answers
         engine.sweep(now)
         self._drop_dead_sessions(now, answers)
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:
-            _, _, w = heapq.heappop(heap)
-            if w.token in self._by_token:
+        deadlines = self._deadlines
+        deadlines.advance(now)
+        while deadlines.due(now):
+            w: _Waiter = deadlines.pop()[2]
+            if self._by_token.get(w.token) is w:  # else answered before (forgotten)
                 self._remove(w)
                 self._timed_out_total += 1
                 self._observe(now - w.parked_at)
@@ -328,6 +511,12 @@ class WaitQueue:
                     self._remove(w)
                     answers.append((w.token, w.last))
                     continue
+                except Exception as exc:
+                    # A bug in this waiter's evaluation (rolled back by the engine): it gets
+                    # the error, and the pass goes on for everyone else.
+                    self._remove(w)
+                    answers.append((w.token, internal_error(exc)))
+                    continue
                 if result.status is Status.TRANSACTION_ERROR and result.cause is Cause.STATEMENT:
                     w.last = result
                     continue
@@ -358,11 +547,16 @@ class WaitQueue:
                 answers.append((w.token, _session_gone(w.last)))
 
     def next_deadline(self) -> float | None:
-        """The earliest wait deadline, for the shell's timer."""
-        heap = self._deadlines
-        while heap and heap[0][2].token not in self._by_token:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        """The earliest wait deadline, for the shell's timer (None when nothing waits)."""
+        deadlines = self._deadlines
+        while True:
+            t = deadlines.first()
+            if t == math.inf:
+                return None
+            w = deadlines.near[0][2]
+            if self._by_token.get(w.token) is w:
+                return t
+            deadlines.pop()  # answered or cancelled before: forget it now
 
     # --- cancelling ---------------------------------------------------------------------------
 
@@ -408,6 +602,27 @@ class WaitQueue:
 
     def _remove(self, w: _Waiter) -> None:
         del self._by_token[w.token]
+        self._deadlines.discard(w, w.deadline)
+        self.engine.stored -= w.cost
+        ops = w.ops
+        by_key = self._ops_by_key
+        for key in w.keys:
+            left = by_key[key] - ops
+            if left:
+                by_key[key] = left
+            else:
+                del by_key[key]
+        sid = w.session.session_id
+        left = self._ops_by_session[sid] - ops
+        if left:
+            self._ops_by_session[sid] = left
+        else:
+            del self._ops_by_session[sid]
+        left = self._ops_by_principal[w.principal] - ops
+        if left:
+            self._ops_by_principal[w.principal] = left
+        else:
+            del self._ops_by_principal[w.principal]
         for key in w.watches:
             if self._watched[key] == 1:
                 del self._watched[key]
@@ -450,6 +665,15 @@ class WaitQueue:
                 self._histogram[i] += 1
                 return
         self._histogram[-1] += 1
+
+
+def _too_heavy(what: str, parked: int, ops: int, limit: int, setting: str) -> EngineError:
+    return EngineError(
+        ErrorCode.TOO_MANY_WAITERS,
+        f"{what} has parked transactions weighing {parked}; this one weighs {ops} (its ops "
+        f"plus {RUN_WEIGHT}), past the limit ({setting}={limit}): every change would "
+        "re-evaluate them all",
+    )
 
 
 def _session_gone(last: TransactionResult) -> TransactionResult:

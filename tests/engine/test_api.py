@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import lockserver.engine as engine_pkg
 from lockserver.engine import Engine, EngineStatistics
+from lockserver.engine._engine import SESSION_BASE
+from lockserver.engine._eval import ENTRY_BASE
 from protocol import (
+    ELEMENT_SIZE,
     FALSE,
     Assert,
     DeleteVar,
@@ -62,6 +65,8 @@ def test_statistics_snapshot() -> None:
         sessions_expired=1,
         entries_expired=0,
         retries_answered=0,
+        # three entries of 2-character names and the value 1; two live 1-character ids
+        stored_bytes=3 * (ENTRY_BASE + 2 + ELEMENT_SIZE) + 2 * (SESSION_BASE + 1),
     )
     wire = stats.to_wire()
     assert wire["entries"] == 3
@@ -78,6 +83,7 @@ def test_statistics_snapshot() -> None:
         "sessions_expired",
         "entries_expired",
         "retries_answered",
+        "stored_bytes",
     }
 
 

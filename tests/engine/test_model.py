@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from lockserver.engine import Engine, EngineError, EngineLimits
+from lockserver.engine._eval import entry_cost
 from protocol import (
     FALSE,
     TRUE,
@@ -620,6 +621,33 @@ class EngineVersusModel(RuleBasedStateMachine):
         assert engine.entry_count == held
         assert engine.entry_count == sum(s.held for s in engine.sessions.values())
         assert engine.fence == model.fence
+
+    @invariant()
+    def bookkeeping_matches_contents(self) -> None:
+        """The counts the engine keeps incrementally are what its contents say: the store
+        budget's count (entries, sessions, remembered data), the table count, and the
+        deadline queues hold no far item of an entry or session that is gone (issue 14:
+        memory is freed on release and end, not at the deadline the client chose)."""
+        engine = self.engine
+        stored = 0
+        live_ttls = set()
+        for ns, tables in engine.namespaces.items():
+            for table, vars_ in tables.items():
+                for var, slot in vars_.items():
+                    for e in slot_entries(slot):
+                        stored += entry_cost(table, var, e[1], e[2])
+                        if e[5] is not None:
+                            live_ttls.add(((ns, table, var, e[0]), e[5], e[6]))
+        for sess in engine.sessions.values():
+            stored += sess.cost + sess.retry_bytes
+        assert engine.stored == stored
+        assert engine.table_count == sum(len(t) for t in engine.namespaces.values())
+        for bucket in engine._ttls_due.far.values():
+            for key, item in bucket.items():
+                assert (key, item[0], item[6]) in live_ttls
+        live = set(map(id, engine.sessions.values()))
+        for bucket in engine._sessions_due.far.values():
+            assert all(id(sess) in live for sess in bucket)
 
     @invariant()
     def same_events(self) -> None:

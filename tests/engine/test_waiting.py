@@ -56,7 +56,9 @@ def tx(*statements: Statement, **fields: Any) -> Transaction:
 
 
 class Harness:
-    """A wait queue over a fresh engine; ``call`` submits and returns {token: result}."""
+    """A wait queue over a fresh engine; ``call`` submits and returns {token: result}, or
+    raises the EngineError that answers the submitted request itself (a refusal), once it has
+    checked that it is the only answer (a refusal decided nothing else)."""
 
     def __init__(self, wait_limits: WaitLimits | None = None, **engine_kwargs: Any) -> None:
         self.engine = make_engine(**engine_kwargs)
@@ -79,7 +81,12 @@ class Harness:
         )
         tokens = [t for t, _ in answers]
         assert len(tokens) == len(set(tokens)), "a request was answered twice"
-        return dict(answers)
+        got = dict(answers)
+        own = got.get(token)
+        if isinstance(own, EngineError):
+            assert list(got) == [token], "a refusal came with other answers"
+            raise own
+        return got  # type: ignore[return-value]
 
     def order(self, answers: list[tuple[Hashable, TransactionResult]]) -> list[Hashable]:
         return [t for t, _ in answers]

@@ -4,7 +4,7 @@ Time is data: every call takes an explicit ``now``."""
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
 from lockserver.engine import Engine, EngineError, EngineLimits
 from lockserver.engine._waiting import WaitLimits, WaitQueue, dependencies
@@ -258,19 +258,18 @@ def test_limits_refuse_with_too_many_waiters() -> None:
     q.submit("h", 0, s("holder"), acquire("x"), now=0, trust=1, wait=None)
     q.submit("c1", 1, s("s1"), acquire("a"), now=0, trust=1, wait=10)
     q.submit("c1", 2, s("s1"), acquire("a"), now=0, trust=1, wait=10)
-    with pytest.raises(EngineError) as e:
-        q.submit("c2", 3, s("s1"), acquire("a"), now=0, trust=1, wait=10)
-    assert e.value.code is ErrorCode.TOO_MANY_WAITERS and "per_session" in e.value.message
-    with pytest.raises(EngineError) as e:
-        q.submit("c1", 4, s("s2"), acquire("a"), now=0, trust=1, wait=10)
-    assert "connection" in e.value.message
+
+    def refusal(*args: Any) -> EngineError:
+        ((token, err),) = q.submit(*args, now=0, trust=1, wait=10)
+        assert token == args[1] and isinstance(err, EngineError)
+        return err
+
+    e = refusal("c2", 3, s("s1"), acquire("a"))
+    assert e.code is ErrorCode.TOO_MANY_WAITERS and "per_session" in e.message
+    assert "connection" in refusal("c1", 4, s("s2"), acquire("a")).message
     q.submit("c2", 5, s("s2"), acquire("a"), now=0, trust=1, wait=10)
-    with pytest.raises(EngineError) as e:
-        q.submit("c3", 6, s("s3"), acquire("a"), now=0, trust=1, wait=10)
-    assert "max_waiters=3" in e.value.message
-    with pytest.raises(EngineError) as e:
-        q.submit("c1", 1, s("s1"), acquire("a"), now=0, trust=1, wait=10)
-    assert e.value.code is ErrorCode.DUPLICATE_REQUEST_ID
+    assert "max_waiters=3" in refusal("c3", 6, s("s3"), acquire("a")).message
+    assert refusal("c1", 1, s("s1"), acquire("a")).code is ErrorCode.DUPLICATE_REQUEST_ID
     assert len(q) == 3
 
 
