@@ -391,4 +391,5 @@ def test_defaults_are_the_documented_ones() -> None:
         norm_alpha=0.6,
         norm_half_life=10.0,
         norm_floor=1.0,
+        source_cap=1.0,
     )
