@@ -34,6 +34,12 @@ Theory of operation:
 - TLS (``ssl_context=``): the same socket wrapped by ``ssl_context.wrap_socket`` in
   non-blocking mode, the handshake driven by the same readiness waits; the loops below only
   add TLS's own "try again" exceptions to the plain ones, so the plain path is unchanged.
+- The reader breaks the connection as soon as the stream announces its end (a closing
+  connection-level error such as ``SHUTTING_DOWN``, or garbage), not only at EOF: a call made
+  afterwards goes to a new connection (no server: ServerUnavailable "not sent"), never to a
+  server that no longer reads.
+- A reconnect reports the losses no connection could hear (``ClientCore.reconnected``: a
+  restarted server, an expired session guarantee) before its keepalives are written.
 - Reconnect, retry and error rules are the core's (see ``_core`` and ``_wire``).
 """
 
@@ -53,7 +59,7 @@ import trio
 from protocol import Pong, Welcome
 
 from ._async_session import AsyncSession
-from ._core import ClientCore, ClientStatistics, handshake_error
+from ._core import ClientCore, ClientStatistics, handshake_error, not_sent
 from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
 from ._wire import END, HELLO, PING, RETRY, STATS, Batch, Wire
 
@@ -236,7 +242,7 @@ class AsyncLockClient:
         while True:
             conn = self._conn
             if conn is None or conn.broken is not None:
-                await self._reconnect()
+                await self._reconnect_to_send()
                 continue  # re-checked with no checkpoint before _call registers and writes
             try:
                 value = await self._call(conn, kind, rid, data, cancel_on_abort)
@@ -281,7 +287,7 @@ class AsyncLockClient:
         await trio.lowlevel.checkpoint_if_cancelled()
         conn = self._conn
         while conn is None or conn.broken is not None:
-            await self._reconnect()
+            await self._reconnect_to_send()
             conn = self._conn  # re-checked with no checkpoint before registering and writing
         outcomes = await self._call_batch(conn, rids, data)
         if self._closed:
@@ -379,11 +385,12 @@ class AsyncLockClient:
                     resolve(slot, value, error)
                 if events:
                     core.dispatch(events)
+                if wire.closing:  # e.g. SHUTTING_DOWN: the server reads nothing more
+                    reason = "the server ended the connection"
+                    break
                 reads += 1
                 if reads % _READS_PER_CHECKPOINT == 0:
                     await trio.lowlevel.checkpoint()
-        except ConnectionLost as exc:
-            reason = str(exc)
         except trio.ClosedResourceError:
             reason = conn.broken or "the connection was closed"
         except OSError as exc:
@@ -399,6 +406,13 @@ class AsyncLockClient:
 
     # --- connection lifecycle ---------------------------------------------------------------------
 
+    async def _reconnect_to_send(self) -> None:
+        """Reconnect for a request about to be sent; ServerUnavailable says it was not."""
+        try:
+            await self._reconnect()
+        except ServerUnavailable as exc:
+            raise not_sent(exc) from exc
+
     async def _reconnect(self) -> _Connection:
         async with self._connect_lock:
             self._check_open()
@@ -407,6 +421,9 @@ class AsyncLockClient:
                 return conn
             conn = await self._open()
             self._conn = conn
+            # The losses no connection could hear (a restarted server, a session whose
+            # guarantee ran out meanwhile), before the keepalives re-create those sessions.
+            self._core.reconnected(trio.current_time())
             # Touch the open sessions on the new connection (so its LockLost events come here
             # and their idle timers restart); the replies are dropped by id.
             for data in self._core.keepalives():

@@ -11,7 +11,11 @@ cycle.
 
 Theory of operation:
 - Keepalive: one task per used session in the client's nursery, pinging every max_age/3 of
-  idleness.
+  idleness. Failures are logged through a :class:`~client._core.FailureLog` (the first, then
+  at most one line a minute), not once per retry.
+- Every reply that carries ``valid_until`` (execute, execute_many, keepalive) moves the
+  session's local deadline (``SessionState``), on trio's clock, which the client's
+  ``reconnected`` check uses.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import trio
 
 from protocol import LockLost, Statement
 
-from ._core import BatchCall, SessionState
+from ._core import BatchCall, FailureLog, SessionState
 from ._errors import ClientClosed, LockClientError
 from ._result import Result
 from ._wire import END, EXECUTE, KEEPALIVE, batch_results
@@ -56,6 +60,7 @@ class AsyncSession(SessionState):
         self._last_activity = trio.current_time()
         self._keepalive_scope: trio.CancelScope | None = None
         self._lost_event = trio.Event()
+        self._failures = FailureLog(f"keepalive of session {self.id}")
         self.keepalive_error: LockClientError | None = None  # the last keepalive failure
 
     async def execute(
@@ -80,8 +85,11 @@ class AsyncSession(SessionState):
         rid, data = self._build_execute(
             namespace, statements, min_uptime, min_trust, description, transaction_id, wait
         )
-        self._last_activity = trio.current_time()
+        sent_at = self._last_activity = trio.current_time()
         result: Result = await self._client._request(EXECUTE, rid, data, bool(wait))
+        raw = result.raw  # SessionState._note_reply, inlined (the hot path)
+        if raw.valid_until is not None:
+            self._valid_deadline = sent_at + (raw.valid_until - raw.uptime)
         if self._keepalive_scope is None and self._keepalive and not self._ended:
             self._keepalive_scope = trio.CancelScope()
             self._client._nursery.start_soon(self._keepalive_loop, self._keepalive_scope)
@@ -110,8 +118,12 @@ class AsyncSession(SessionState):
             self._client._check_open()
             await trio.lowlevel.checkpoint()
             return []
-        self._last_activity = trio.current_time()
+        sent_at = self._last_activity = trio.current_time()
         outcomes = await self._client._request_batch(rids, data)
+        for outcome in reversed(outcomes):  # the last call answered carries the latest bound
+            if type(outcome) is Result and outcome.valid_until is not None:
+                self._note_reply(sent_at, outcome)
+                break
         if (
             self._keepalive_scope is None
             and self._keepalive
@@ -192,14 +204,16 @@ class AsyncSession(SessionState):
                 built = self._build_keepalive()
                 if built is None:
                     return
-                self._last_activity = trio.current_time()
+                sent_at = self._last_activity = trio.current_time()
                 try:
                     with trio.move_on_after(interval):
-                        await client._request(KEEPALIVE, built[0], built[1])
+                        result = await client._request(KEEPALIVE, built[0], built[1])
+                        self._note_reply(sent_at, result)
+                        self._failures.succeeded()
                 except ClientClosed:
                     return
                 except LockClientError as exc:
                     self.keepalive_error = exc
-                    log.warning("keepalive of session %s failed: %s", self.id, exc)
+                    self._failures.failed(exc, trio.current_time())
                     # Try again soon rather than after a whole interval.
                     self._last_activity = trio.current_time() - interval + min(interval, 1.0)

@@ -17,8 +17,22 @@ Theory of operation:
   arguments raise TypeError/ValueError before anything is sent), keeps the registry of open
   sessions and counts what happened.
 - :class:`SessionState` is the face-independent half of a session: its
-  :class:`~protocol.SessionSpec`, lost-event listeners and the namespace of its last call (the
-  keepalive pings there).
+  :class:`~protocol.SessionSpec`, lost-event listeners, the namespace of its last call (the
+  keepalive pings there) and the session's local deadline: the latest ``valid_until`` a reply
+  carried, turned into the face's clock as PROTOCOL.md §8 says (``sent_at + (valid_until -
+  uptime)``, early by construction).
+- Losses no connection could hear. A reconnect must not let the keepalive silently re-create
+  a session whose entries are gone (PROTOCOL.md §2: sessions outlive connections, but not a
+  server restart, nor their own expiry). So ``handshake_done`` remembers the server
+  ``instance`` of every welcome, and ``reconnected(now)``, which each face calls after a
+  reconnect's handshake and **before** the keepalives go out, hands every open, used session
+  a :class:`~protocol.LockLost` with no entries: reason ``RESTARTED`` when the welcome names
+  another instance (the server forgot every session), else ``EXPIRED`` for a session whose
+  local deadline has passed (the server may have expired it while no connection of ours was
+  there to hear the event). Recipes treat such an event as the loss of every grant of the
+  session.
+- :class:`FailureLog`: how a periodic task (the keepalive) reports failures without flooding
+  the log: the first at WARNING, then at most one line a minute with the count.
 """
 
 from __future__ import annotations
@@ -39,6 +53,7 @@ from protocol import (
     GetStatistics,
     Hello,
     LockLost,
+    LostReason,
     Ping,
     Request,
     SessionSpec,
@@ -52,13 +67,17 @@ from protocol import (
 )
 
 from ._errors import ClientClosed, LockClientError, ServerError, ServerUnavailable
+from ._result import Result
 
 __all__ = [
     "BatchCall",
     "ClientCore",
     "ClientStatistics",
+    "FailureLog",
     "LostListener",
     "SessionState",
+    "handshake_error",
+    "not_sent",
 ]
 
 log = logging.getLogger("client")
@@ -84,6 +103,10 @@ class ClientStatistics:
     events: int  # LockLost events received
     events_unclaimed: int  # ... for sessions this client does not know
     open_sessions: int
+    restarts: int = 0  # reconnects whose welcome named another server instance
+    # LockLost events the client made itself at a reconnect (RESTARTED, or EXPIRED for a
+    # session whose guarantee ran out while disconnected); not counted in ``events``.
+    events_synthetic: int = 0
 
 
 class SessionState:
@@ -109,6 +132,9 @@ class SessionState:
         self._lost: deque[LockLost] = deque(maxlen=256)
         self._lost_count = 0
         self._namespace: str | None = None  # namespace of the last call (keepalive pings there)
+        # Local time (the face's clock) until which the last reply guarantees the session;
+        # None before any such reply, and once the session is known to be gone.
+        self._valid_deadline: float | None = None
         self._ended = False
         core.register_session(self)
 
@@ -171,7 +197,21 @@ class SessionState:
         """Remove a listener added with ``add_lost_listener`` (ValueError if absent)."""
         self._listeners.remove(callback)
 
+    def _note_reply(self, sent_at: float, result: Result) -> None:
+        """Move the session's local deadline to what ``result`` (of a request sent at
+        ``sent_at``, the face's clock) guarantees; a reply without ``valid_until`` (refused)
+        leaves it. The faces' ``execute`` inline this (the hot path)."""
+        raw = result.raw
+        until = raw.valid_until
+        if until is not None:
+            self._valid_deadline = sent_at + (until - raw.uptime)
+
     def _deliver(self, event: LockLost) -> None:
+        if event.reason is not LostReason.TTL:
+            # The whole session is gone (expired, ended, or the server restarted): nothing is
+            # guaranteed until a later reply re-creates it, and no EXPIRED is made up for it
+            # at the next reconnect.
+            self._valid_deadline = None
         self._lost.append(event)
         self._lost_count += 1
         for callback in list(self._listeners):
@@ -302,6 +342,12 @@ class ClientCore:
         self.connections = 0
         self.events = 0
         self.events_unclaimed = 0
+        self.events_synthetic = 0
+        self.restarts = 0
+        # The server instance of the last welcome (None before the first); whether the last
+        # handshake found another one (consumed by ``reconnected``).
+        self.instance: str | None = None
+        self._restarted = False
 
     def next_id(self) -> int:
         """A fresh request id (unique for the client's lifetime, so across reconnects too)."""
@@ -343,11 +389,44 @@ class ClientCore:
         return out
 
     def handshake_done(self, welcome: Any) -> Welcome:
+        """Record the welcome of a new connection; a non-empty ``instance`` other than the
+        last welcome's means the server restarted (see ``reconnected``)."""
         if type(welcome) is not Welcome:  # pragma: no cover - Wire.feed checks the type
             raise LockClientError(f"expected a Welcome, got {welcome!r}")
+        previous = self.instance
+        instance = welcome.instance
+        self._restarted = previous is not None and instance not in ("", previous)
+        if self._restarted:
+            self.restarts += 1
+        self.instance = instance
         self.welcome = welcome
         self.connections += 1
         return welcome
+
+    def reconnected(self, now: float) -> None:
+        """Report the losses no connection could hear; call it after a handshake, before
+        anything is sent on the new connection (its keepalives would re-create the sessions).
+
+        Every open session that has been used gets ``LockLost(id, RESTARTED, ())`` when the
+        handshake found another server instance; otherwise a session whose local deadline
+        (``now`` is on the same clock) has passed gets ``LockLost(id, EXPIRED, ())``: the
+        server may have expired it, and sent its event, while we were not connected. The
+        listeners run here, in the reconnecting thread or task.
+        """
+        restarted = self._restarted
+        self._restarted = False
+        for state in self.open_sessions():
+            if state._namespace is None:
+                continue  # never used: it holds nothing
+            if restarted:
+                reason = LostReason.RESTARTED
+            else:
+                deadline = state._valid_deadline
+                if deadline is None or deadline > now:
+                    continue
+                reason = LostReason.EXPIRED
+            self.events_synthetic += 1
+            state._deliver(LockLost(state.id, reason, ()))
 
     # --- sessions and events --------------------------------------------------------------------
 
@@ -384,7 +463,66 @@ class ClientCore:
             events=self.events,
             events_unclaimed=self.events_unclaimed,
             open_sessions=sum(len(s) for s in self.sessions.values()),
+            restarts=self.restarts,
+            events_synthetic=self.events_synthetic,
         )
+
+
+class FailureLog:
+    """How a periodic task reports its failures without flooding the log (logger
+    ``client``): the first failure of a run of failures at WARNING, then at most one line
+    every ``every`` seconds (WARNING, with the number of failures since the last line), and
+    one INFO line when it works again. Time is passed in (the face's clock). Only the
+    failure's text is logged, never the exception object: a log handler that keeps records
+    must not keep the failing client's frames (and so the client) alive."""
+
+    __slots__ = ("_failures", "_next", "_unreported", "every", "what")
+
+    def __init__(self, what: str, every: float = 60.0) -> None:
+        self.what = what
+        self.every = every
+        self._failures = 0  # in the current run of failures
+        self._unreported = 0  # failures since the last line
+        self._next = 0.0  # earliest time of the next line
+
+    @property
+    def failures(self) -> int:
+        """Failures since the last success."""
+        return self._failures
+
+    def failed(self, error: BaseException, now: float) -> None:
+        """Record one failure at ``now``; log it when the rate limit allows."""
+        self._failures += 1
+        self._unreported += 1
+        if self._failures == 1:
+            log.warning("%s failed: %s", self.what, str(error))
+        elif now >= self._next:
+            log.warning(
+                "%s failed %d more time(s) (%d in a row), the last: %s",
+                self.what,
+                self._unreported,
+                self._failures,
+                str(error),
+            )
+        else:
+            return
+        self._unreported = 0
+        self._next = now + self.every
+
+    def succeeded(self) -> None:
+        """Record a success: the end of a run of failures (logged at INFO)."""
+        if self._failures:
+            log.info("%s works again after %d failure(s)", self.what, self._failures)
+            self._failures = 0
+            self._unreported = 0
+
+
+def not_sent(exc: ServerUnavailable) -> ServerUnavailable:
+    """The ServerUnavailable of a call that needed a new connection and could not get one:
+    the same text, saying that the call was not sent."""
+    err = ServerUnavailable(f"the request was not sent: {exc}")
+    err.__cause__ = exc
+    return err
 
 
 def handshake_error(exc: BaseException) -> BaseException:

@@ -6,11 +6,13 @@ transport or the server. Every such exception derives from :class:`LockClientErr
 ``except LockClientError`` covers them; the subclasses say what is known about the request:
 
 - :class:`ServerError`: the server answered with an error reply (``.code``, ``.message``); the
-  request was *not* executed.
+  request was *not* executed. Also raised, with code ``SHUTTING_DOWN``, for a request still
+  unanswered when the server announced its shutdown: the server answers every request it read
+  before it stopped reading, so that one was not executed either.
 - :class:`ConnectionLost`: the connection dropped while the request was in flight; the server may
   or may not have executed it (an Execute is never retried silently).
 - :class:`ServerUnavailable`: no connection could be made (refused, handshake failed); nothing
-  was sent.
+  was sent (a call that needed a new connection says "not sent").
 - :class:`ClientTimeout`: no reply within the sync face's per-call timeout; the outcome is unknown
   and a late reply is dropped.
 - :class:`ClientClosed`: the client (or the session) was closed.
@@ -65,7 +67,8 @@ class ServerError(LockClientError):
 
 class LimitExceeded(ServerError):
     """A server limit refused the request (tree too deep, too many ops, sessions, entries,
-    connections or waiters: the 301..306 codes)."""
+    connections or waiters: the 301..306 codes; a name, text or value too large: 313; the
+    server's store full: 314)."""
 
 
 class AccessDenied(ServerError):
@@ -127,6 +130,8 @@ _LIMIT_CODES = frozenset(
         ErrorCode.TOO_MANY_ENTRIES,
         ErrorCode.TOO_MANY_CONNECTIONS,
         ErrorCode.TOO_MANY_WAITERS,
+        ErrorCode.TOO_LARGE,
+        ErrorCode.STORE_FULL,
     }
 )
 _ACCESS_CODES = frozenset({ErrorCode.UNAUTHORIZED, ErrorCode.FORBIDDEN, ErrorCode.SESSION_CONFLICT})

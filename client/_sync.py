@@ -21,8 +21,17 @@ Rules kept:
   ``execute_many`` registers all its calls under one waiter, the batch's first request id,
   and sends all its frames with one ``sendall``).
 - The sync face has no reader while idle, so before sending on an idle connection it checks
-  (one zero-timeout ``poll``) that the server has not closed it meanwhile; if it has, the
-  call reconnects first instead of losing its request to a dead socket.
+  (one zero-timeout ``poll``) whether anything has arrived meanwhile. If something has
+  (events, late replies, the server's last error, the close itself), the caller takes the
+  reader role and processes it first; a connection that turns out closed, or announced as
+  closing (e.g. ``SHUTTING_DOWN``), is broken there, and the call reconnects instead of
+  losing its request to a server that no longer reads it (no server: ServerUnavailable
+  "not sent").
+- A reconnect reports the losses no connection could hear (``ClientCore.reconnected``: a
+  restarted server, an expired session guarantee) before its keepalives go out.
+- Nothing but the caller holds the client: keepalive threads hold their session weakly
+  (``_sync_session``), and a finalizer closes the socket when an unclosed client is collected
+  (it holds the socket, never the client).
 - A broken connection resolves everything in flight (``Wire.fail_all``): idempotent requests
   are re-sent once on a new connection, an Execute raises ConnectionLost (outcome unknown). The
   next call reconnects; open sessions are touched on the new connection at once.
@@ -41,13 +50,14 @@ import select
 import socket
 import ssl
 import threading
+import weakref
 from time import monotonic
 from types import TracebackType
 from typing import Any
 
 from protocol import Pong, Welcome
 
-from ._core import ClientCore, ClientStatistics, handshake_error
+from ._core import ClientCore, ClientStatistics, handshake_error, not_sent
 from ._errors import ClientClosed, ClientTimeout, ConnectionLost, LockClientError, ServerUnavailable
 from ._sync_session import Session
 from ._wire import BATCH, END, HELLO, PING, RETRY, STATS, Batch, Wire
@@ -67,23 +77,33 @@ def _positive(name: str, value: float) -> float:
     return float(value)
 
 
-def _alive(sock: socket.socket) -> bool:
-    """False when an idle connection has been closed by the peer (EOF or an error is
-    waiting); True when nothing is waiting, or data is (events, late replies: the next reader
-    takes them). One ``poll`` with a zero timeout (``poll``, not ``select``: select() cannot
-    watch a file descriptor >= 1024, which a busy process easily has)."""
+def _readable(sock: socket.socket) -> bool:
+    """True when something is waiting on an idle connection: bytes (events, late replies, a
+    closing error), the peer's close, or an error. One ``poll`` with a zero timeout (``poll``,
+    not ``select``: select() cannot watch a file descriptor >= 1024, which a busy process
+    easily has)."""
     try:
         poller = select.poll()
         poller.register(sock, select.POLLIN | select.POLLPRI)
-        if not poller.poll(0):
-            return True
-        if isinstance(sock, ssl.SSLSocket):
-            return True  # no peeking through TLS: the next read notices a closed connection
-        return bool(sock.recv(1, socket.MSG_PEEK))  # readable: returns at once
-    except TimeoutError:  # pragma: no cover - only if someone else read meanwhile
-        return True
+        return bool(poller.poll(0))
     except (OSError, ValueError):
-        return False
+        return True  # closed meanwhile: the read that follows notices
+
+
+class _SocketHolder:
+    """The client's current socket, for the finalizer that closes it when an unclosed
+    client is collected (it must not reference the client itself)."""
+
+    __slots__ = ("sock",)
+
+    def __init__(self) -> None:
+        self.sock: socket.socket | None = None
+
+    def close(self) -> None:
+        sock = self.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
 
 
 class _Connection:
@@ -109,6 +129,10 @@ class LockClient:
     after it drops. Use as a context manager or call :meth:`close`. ``token``: the shared
     secret the server asks for; ``ssl_context``: speak TLS, verifying the server with it (the
     name checked is ``host``); see docs/security.md.
+
+    A client dropped without :meth:`close` does not outlive its last reference: once it and
+    its sessions are collected, their keepalive threads end and the socket is closed (the
+    server then expires the sessions after their ``max_age``).
     """
 
     def __init__(
@@ -133,6 +157,8 @@ class LockClient:
         self._connect_lock = threading.Lock()
         self._conn: _Connection | None = None
         self._closed = False
+        self._socket = _SocketHolder()
+        self._finalizer = weakref.finalize(self, self._socket.close)
         self._reconnect()
 
     # --- public API -------------------------------------------------------------------------------
@@ -251,13 +277,14 @@ class LockClient:
             conn, unsent = self._send(rid, kind, None, data)
             value, failure = self._wait(conn, rid, deadline)
             if failure is not None:
-                if isinstance(failure, ConnectionLost):
-                    if self._closed:
-                        raise ClientClosed(
-                            "the client was closed with the request in flight"
-                        ) from failure
-                    if unsent:
-                        continue  # nothing went out: safe to send on a new connection
+                if self._closed and isinstance(failure, ConnectionLost):
+                    raise ClientClosed("the client was closed with the request in flight") from (
+                        failure
+                    )
+                if unsent:
+                    # Nothing went out (the connection broke first, e.g. SHUTTING_DOWN read by
+                    # another thread): safe to send on a new connection.
+                    continue
                 raise failure
             if value is not RETRY:
                 return value
@@ -289,13 +316,17 @@ class LockClient:
         self, rid: int, kind: int, batch: Batch[int] | None, data: bytes
     ) -> tuple[_Connection, bool]:
         """Register the request (or every call of ``batch``) on a live connection, then send
-        ``data``; reconnects first when needed. Returns the connection and whether the bytes
-        stayed unsent (it broke between registering and sending: the request is resolved with
-        ConnectionLost, and is safe to send again on a new connection)."""
+        ``data``; reconnects first when needed (ServerUnavailable "not sent" when it cannot).
+        Returns the connection and whether the bytes stayed unsent (it broke between
+        registering and sending: the break resolved the request, which is safe to send again
+        on a new connection)."""
         while True:
             conn = self._conn
             if conn is None or conn.broken is not None:
-                conn = self._reconnect()
+                try:
+                    conn = self._reconnect()
+                except ServerUnavailable as exc:
+                    raise not_sent(exc) from exc
             if conn.reader_ident == threading.get_ident():
                 raise LockClientError(
                     "a lost-listener must not call the client: it runs in the thread that "
@@ -304,18 +335,23 @@ class LockClient:
             with self._cond:
                 if conn.broken is not None:
                     continue
-                # Idle (nothing in flight, so nobody reads): a connection the server or the
-                # network closed meanwhile is noticed here, before a request is risked on it.
-                # Under the lock, so no reader can consume what the probe sees.
-                dead = not conn.reader_busy and not conn.wire.pending and not _alive(conn.sock)
-                if dead:
-                    self._break_locked(conn, "the connection was closed while idle")
+                # Idle (nothing in flight, so nobody reads) with something waiting: read it
+                # first, as the reader (events, late replies, or the server's close or
+                # closing error, which breaks the connection: the request then goes to a new
+                # one). Under the lock, so no other reader can take what the probe sees.
+                catch_up = not conn.reader_busy and not conn.wire.pending and _readable(conn.sock)
+                if catch_up:
+                    conn.reader_busy = True
+                    conn.reader_ident = threading.get_ident()
                 elif batch is None:
                     conn.wire.register(rid, kind, rid)
                 else:
                     conn.wire.register_batch(batch)
-            if dead:
-                self._close_socket(conn)
+            if catch_up:
+                try:
+                    self._read(conn, None, monotonic())  # one read: what has arrived
+                finally:
+                    self._leave_reader(conn)
                 continue
             error: OSError | None = None
             with self._send_lock:
@@ -409,25 +445,28 @@ class LockClient:
                 reason = f"receiving failed: {exc}"
             mine: _Resolution | None = None
             with cond:
-                if data:
-                    try:
-                        resolved, events = conn.wire.feed(data)
-                    except ConnectionLost as exc:
-                        data = b""
-                        reason = str(exc)
                 if not data:
                     self._break_locked(conn, reason)
                     return None if rid is None else conn.done.pop(rid, None)
+                wire = conn.wire
+                resolved, events = wire.feed(data)
                 for waiter, value, error in resolved:
                     if waiter == rid:
                         mine = (value, error)
                     else:
                         conn.done[waiter] = (value, error)
-                if len(resolved) > (mine is not None):
+                closing = wire.closing
+                if closing:
+                    # The server's last words (e.g. SHUTTING_DOWN) or garbage: it reads
+                    # nothing more. Resolve the rest now (notifies the waiters).
+                    self._break_locked(conn, "the server ended the connection")
+                    if mine is None and rid is not None:
+                        mine = conn.done.pop(rid, None)
+                elif len(resolved) > (mine is not None):
                     cond.notify_all()
             if events:
                 core.dispatch(events)
-            if mine is not None:
+            if mine is not None or closing:
                 return mine
 
     def _leave_reader(self, conn: _Connection) -> None:
@@ -460,6 +499,10 @@ class LockClient:
                 return conn
             conn = self._open()
             self._conn = conn
+            self._socket.sock = conn.sock
+            # The losses no connection could hear (a restarted server, a session whose
+            # guarantee ran out meanwhile), before the keepalives re-create those sessions.
+            self._core.reconnected(monotonic())
             # Touch the open sessions on the new connection (so its LockLost events come here,
             # and their idle timers restart); the replies are dropped by id.
             try:

@@ -9,13 +9,22 @@ execute path gains no layer). ``_sync.py`` imports this module; this one names `
 only for type checking, so there is no import cycle.
 
 Rules kept:
-- Session keepalive: one daemon thread per open session, pinging every max_age/3 of idleness.
+- Session keepalive: one daemon thread per open, used session, pinging every max_age/3 of
+  idleness. The thread holds its session only through a weak reference (and strongly only
+  during a ping), so it never keeps a dropped session, or its client, alive: when the session
+  is collected a finalizer sets the thread's stop event and the thread ends. Failures are
+  logged through a :class:`~client._core.FailureLog` (the first, then at most one line a
+  minute), not once per retry.
+- Every reply that carries ``valid_until`` (execute, execute_many, keepalive) moves the
+  session's local deadline (``SessionState``), on the ``time.monotonic`` clock the client's
+  ``reconnected`` check uses.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Iterable
 from time import monotonic
 from types import TracebackType
@@ -23,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol import Statement
 
-from ._core import BatchCall, SessionState
+from ._core import BatchCall, FailureLog, SessionState
 from ._errors import ClientClosed, ClientTimeout, ConnectionLost, LockClientError
 from ._result import Result
 from ._wire import END, EXECUTE, KEEPALIVE, batch_results
@@ -59,6 +68,7 @@ class Session(SessionState):
         self._last_activity = monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failures = FailureLog(f"keepalive of session {self.id}")
         self.keepalive_error: LockClientError | None = None  # the last keepalive failure
 
     def execute(
@@ -85,13 +95,16 @@ class Session(SessionState):
         )
         client = self._client
         timeout = client.timeout if wait is None else client.timeout + wait
-        self._last_activity = monotonic()
+        sent_at = self._last_activity = monotonic()
         try:
             result: Result = client._request(EXECUTE, rid, data, timeout)
         except ClientTimeout:
             if wait:
                 client._send_quietly(client._core.cancel(rid)[1])  # the server stops waiting
             raise
+        raw = result.raw  # SessionState._note_reply, inlined (the hot path)
+        if raw.valid_until is not None:
+            self._valid_deadline = sent_at + (raw.valid_until - raw.uptime)
         if self._thread is None and self._keepalive and not self._ended:
             self._start_keepalive()
         return result
@@ -121,11 +134,15 @@ class Session(SessionState):
         if not rids:
             client._check_open()
             return []
-        self._last_activity = monotonic()
+        sent_at = self._last_activity = monotonic()
         if len(rids) <= BATCH_CHUNK:
             outcomes = client._request_batch(rids, b"".join(frames), client.timeout)
         else:
             outcomes = self._request_chunks(rids, frames)
+        for outcome in reversed(outcomes):  # the last call answered carries the latest bound
+            if type(outcome) is Result and outcome.valid_until is not None:
+                self._note_reply(sent_at, outcome)
+                break
         if (
             self._thread is None
             and self._keepalive
@@ -206,37 +223,61 @@ class Session(SessionState):
     # --- keepalive --------------------------------------------------------------------------------
 
     def _start_keepalive(self) -> None:
+        stop = self._stop
         thread = threading.Thread(
-            target=self._keepalive_loop, name=f"lockclient-keepalive-{self.id}", daemon=True
+            target=_keepalive_loop,
+            args=(weakref.ref(self), stop, self.max_age / 3),
+            name=f"lockclient-keepalive-{self.id}",
+            daemon=True,
         )
         self._thread = thread
+        # A session nobody references any more (its client dropped without close()) is
+        # collected: wake its thread so that it ends now, not after a whole interval.
+        weakref.finalize(self, stop.set)
         thread.start()
 
     def _stop_keepalive(self) -> None:
         self._stop.set()
 
-    def _keepalive_loop(self) -> None:
-        interval = self.max_age / 3
+    def _keepalive_once(self, interval: float) -> bool:
+        """Ping the session now (a no-statement Execute); False when the thread should end
+        (the session ended, the client closed)."""
+        built = self._build_keepalive()
+        if built is None:
+            return False
         client = self._client
-        stop = self._stop
-        while not stop.is_set():
-            delay = self._last_activity + interval - monotonic()
-            if delay > 0:
-                stop.wait(delay)
-                continue
-            built = self._build_keepalive()
-            if built is None:
+        sent_at = self._last_activity = monotonic()
+        try:
+            result = client._request(KEEPALIVE, built[0], built[1], min(client.timeout, interval))
+        except ClientClosed:
+            return False
+        except LockClientError as exc:
+            self.keepalive_error = exc
+            self._failures.failed(exc, monotonic())
+            # Try again soon rather than after a whole interval.
+            self._last_activity = monotonic() - interval + min(interval, 1.0)
+            return True
+        self._note_reply(sent_at, result)
+        self._failures.succeeded()
+        return True
+
+
+def _keepalive_loop(ref: weakref.ref[Session], stop: threading.Event, interval: float) -> None:
+    """The body of a session's keepalive thread: ping whenever the session has been idle for
+    ``interval``, until ``stop`` is set, the session ends, or the session is collected. Holds
+    the session (and so its client) only while it looks at it or pings it."""
+    while not stop.is_set():
+        session = ref()
+        if session is None:
+            return
+        try:
+            delay = session._last_activity + interval - monotonic()
+            if delay <= 0 and not session._keepalive_once(interval):
                 return
-            self._last_activity = monotonic()
-            try:
-                client._request(KEEPALIVE, built[0], built[1], min(client.timeout, interval))
-            except ClientClosed:
-                return
-            except LockClientError as exc:
-                self.keepalive_error = exc
-                log.warning("keepalive of session %s failed: %s", self.id, exc)
-                # Try again soon rather than after a whole interval.
-                self._last_activity = monotonic() - interval + min(interval, 1.0)
-            except Exception:  # pragma: no cover - a bug; never kill the thread silently
-                log.exception("keepalive of session %s crashed", self.id)
-                return
+        except Exception:  # pragma: no cover - a bug; never kill the thread silently
+            log.exception("keepalive of session %s crashed", session.id)
+            return
+        finally:
+            del session  # nothing of the session is held while waiting
+        if delay > 0:
+            stop.wait(delay)

@@ -18,6 +18,14 @@ Theory of operation:
   requests (ping, statistics, a keepalive Execute with no statements, ending a session) get
   :data:`RETRY`, the rest :class:`ConnectionLost` (their outcome is unknown; an Execute with
   statements is never retried silently).
+- The end of a connection can be announced in the stream: a connection-level error reply (no
+  request id) whose code closes the connection, or bytes that do not decode. ``feed`` then
+  still returns everything it resolved before, and sets ``closing``: the face breaks the
+  connection at once (``fail_all``), so no request is risked on a connection the server no
+  longer reads. ``SHUTTING_DOWN`` is the one such error that says what happened to the rest:
+  the server answers every request it read before it stopped reading, so a request still
+  unanswered was **not executed** (a :class:`ServerError` with that code, not "outcome
+  unknown").
 - Replies may arrive in any order (the server parks waiting transactions): matching is by id
   only, never by position.
 - A batch (``execute_many``) is one :class:`Batch` waiter for all its calls: each call keeps
@@ -33,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from protocol import (
     Cancelled,
+    ErrorCode,
     ErrorReply,
     LockLost,
     Pong,
@@ -46,7 +55,7 @@ from protocol import (
 from protocol import Connection as _ProtocolConnection
 from protocol import Role as _Role
 
-from ._errors import BatchError, ConnectionLost, LockClientError, server_error
+from ._errors import BatchError, ConnectionLost, LockClientError, ServerError, server_error
 from ._result import Result
 
 if TYPE_CHECKING:
@@ -167,7 +176,7 @@ class Wire(Generic[W]):
     face from one trio thread.
     """
 
-    __slots__ = ("_proto", "closing_error", "core", "pending")
+    __slots__ = ("_proto", "closing", "closing_error", "core", "pending")
 
     def __init__(self, core: ClientCore) -> None:
         self.core = core
@@ -178,6 +187,9 @@ class Wire(Generic[W]):
         # A connection-level error reply (no request id) or a fatal decoding error: the reason
         # to quote when the connection then drops.
         self.closing_error: LockClientError | None = None
+        # True once the stream announced the connection's end (a closing connection-level
+        # error, or bytes that do not decode): the face must break the connection now.
+        self.closing = False
 
     def register(self, rid: int, kind: int, waiter: W) -> None:
         """Record a request about to be sent (before its bytes go out)."""
@@ -211,8 +223,10 @@ class Wire(Generic[W]):
         """Decode received bytes. Returns the resolved requests as (waiter, value, error) with
         exactly one of value/error meaningful, and the LockLost events, in arrival order.
 
-        Raises ConnectionLost when the stream cannot be trusted any more (a framing or
-        decoding error): the caller must close the connection and ``fail_all``.
+        When the stream announces the connection's end (a closing connection-level error) or
+        cannot be trusted any more (a framing or decoding error), what was resolved before is
+        still returned and ``closing`` is set: the caller must then break the connection
+        (``fail_all``) before sending anything more on it.
         """
         proto = self._proto
         pending = self.pending
@@ -251,8 +265,10 @@ class Wire(Generic[W]):
                 else:
                     self._error_reply(msg, resolved)  # type: ignore[arg-type]
         except ProtocolError as exc:
-            self.closing_error = ConnectionLost(f"the server sent an invalid message: {exc}")
-            raise self.closing_error from exc
+            error = ConnectionLost(f"the server sent an invalid message: {exc}")
+            error.__cause__ = exc
+            self.closing_error = error
+            self.closing = True
         self.core.events += len(events)
         return resolved, events
 
@@ -268,31 +284,51 @@ class Wire(Generic[W]):
             else:
                 resolved.append((entry[1], None, exc))
         elif msg.request_id is None:
-            # About the connection as a whole (e.g. SHUTTING_DOWN): the server
-            # closes next; remember why for the ConnectionLost of whatever is in flight.
+            # About the connection as a whole (e.g. SHUTTING_DOWN): remember why for whatever
+            # is in flight; a closing code means the server reads nothing more.
             self.closing_error = exc
+            if exc.code.closes_connection:
+                self.closing = True
         else:
             self.core.replies_dropped += 1
 
     def fail_all(self, reason: str) -> list[tuple[W, Any, BaseException | None]]:
         """Resolve everything in flight because the connection is gone: RETRY for idempotent
-        requests, ConnectionLost (outcome unknown) for the others."""
+        requests; for the others ServerError(SHUTTING_DOWN) "not executed" when the server
+        announced its shutdown, else ConnectionLost (outcome unknown)."""
         out: list[tuple[W, Any, BaseException | None]] = []
-        why = reason if self.closing_error is None else f"{reason} ({self.closing_error})"
+        closing_error = self.closing_error
+        shutdown = (
+            closing_error
+            if isinstance(closing_error, ServerError)
+            and closing_error.code is ErrorCode.SHUTTING_DOWN
+            else None
+        )
+        why = reason if closing_error is None else f"{reason} ({closing_error})"
         for rid, (kind, waiter) in self.pending.items():
             if kind in _RETRIABLE:
                 out.append((waiter, RETRY, None))
+                continue
+            exc: LockClientError
+            if shutdown is not None:
+                exc = ServerError(
+                    ErrorCode.SHUTTING_DOWN,
+                    f"{_KIND_NAMES[kind]} request {rid} was not executed: the server is "
+                    "shutting down (it answered every request it had read before it stopped "
+                    f"reading; this one came later): {shutdown.message}",
+                    rid,
+                )
             else:
                 exc = ConnectionLost(
                     f"connection lost with {_KIND_NAMES[kind]} request {rid} in flight: {why}; "
                     "its outcome is unknown (the server may or may not have executed it)"
                 )
-                if self.closing_error is not None:
-                    exc.__cause__ = self.closing_error
-                if kind == BATCH:
-                    waiter.settle(rid, exc, out)
-                else:
-                    out.append((waiter, None, exc))
+            if closing_error is not None:
+                exc.__cause__ = closing_error
+            if kind == BATCH:
+                waiter.settle(rid, exc, out)
+            else:
+                out.append((waiter, None, exc))
         self.pending.clear()
         return out
 

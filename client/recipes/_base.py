@@ -18,6 +18,12 @@ Rules kept:
   the grant's fence**. The lost listener is registered *before* the acquire is sent and
   buffers events while the reply is in flight: the event of a very short grant may be
   dispatched before the acquiring caller has even seen its reply.
+- An event with **no entries** and reason ``RESTARTED`` or ``EXPIRED`` is one the client made
+  at a reconnect (``client._core.ClientCore.reconnected``: the server restarted, or the
+  session's guarantee ran out while no connection could hear): it is about **every** grant of
+  the session held then. It is not buffered while acquiring: it is delivered before anything
+  is sent on the new connection, so the acquire in flight goes to that connection, and its
+  grant is new.
 - Validity: ``local send time + (valid_until - uptime of the reply)`` (and the same with an
   entry's ``expires_at``) is a conservative local deadline; no wall clocks are compared.
 - Blocking acquires never poll: each attempt asks the server to park the transaction
@@ -74,12 +80,16 @@ CLEANUP_TIMEOUT = 10.0
 OnLost = Callable[[LockLost], object]
 S = TypeVar("S", bound=SessionState)
 
+# Reasons of the entry-less events a client makes at a reconnect (every grant is lost).
+_WHOLE_SESSION = frozenset({LostReason.RESTARTED, LostReason.EXPIRED})
+
 
 class LockLostError(LockClientError):
-    """The lock was lost while held: its session expired or was ended, or its entry's time to
-    live ran out. ``event`` is the server's ``LockLost`` notice (None when the loss was found
-    by a call rather than announced). Named ``LockLostError`` because ``client.LockLost`` is
-    the event itself."""
+    """The lock was lost while held: its session expired or was ended, its entry's time to
+    live ran out, or the server restarted. ``event`` is the ``LockLost`` notice (the server's,
+    or the one the client made at a reconnect: reason ``RESTARTED`` or ``EXPIRED`` with no
+    entries; None when the loss was found by a call rather than announced). Named
+    ``LockLostError`` because ``client.LockLost`` is the event itself."""
 
     def __init__(self, lock: object, event: LockLost | None) -> None:
         why = "no longer held on the server" if event is None else f"lost ({event.reason.value})"
@@ -481,6 +491,11 @@ class LockCore(Generic[S]):
             self._session.remove_lost_listener(self._on_event)
 
     def _matches(self, event: LockLost, fence: int) -> bool:
+        if not event.entries:
+            # The client's notice at a reconnect: every grant of the session is gone. (A
+            # server's EXPIRED with no entries says the session held none: a grant still
+            # believed held was not in it either.)
+            return event.reason in _WHOLE_SESSION
         if event.reason is LostReason.TTL and not self.TTL_IS_LOSS:
             return False
         variables = self._variables()
@@ -495,7 +510,7 @@ class LockCore(Generic[S]):
         with self._mu:
             fence = self._fence
             if fence is None:
-                if self._acquiring:
+                if self._acquiring and event.entries:  # not a reconnect's notice: see header
                     self._early.append(event)
                 return
             if self._lost or not self._matches(event, fence):

@@ -5,12 +5,44 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
+import attrs
 import trio
 
+from lockserver import RunningServer, ServerConfig, serve
+
 T = TypeVar("T")
+
+#: Settings every test server gets unless a test overrides them.
+TEST_CONFIG = ServerConfig(host="127.0.0.1", port=0, log_level="WARNING")
+
+
+async def start_server(nursery: trio.Nursery, **overrides: Any) -> RunningServer:
+    """Start the real ``serve`` in ``nursery`` with TEST_CONFIG plus ``overrides`` (e.g.
+    ``port=`` a port a stopped server used: a restart)."""
+    running: RunningServer = await nursery.start(serve, attrs.evolve(TEST_CONFIG, **overrides))
+    return running
+
+
+def server_on(port: int) -> Callable[[trio.Nursery], Awaitable[RunningServer]]:
+    """For ThreadedServer: start the real server on ``port`` (a restart on the same port)."""
+
+    async def start(nursery: trio.Nursery) -> RunningServer:
+        return await start_server(nursery, port=port)
+
+    return start
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Test-side setup for the sync face: poll ``predicate`` until true, bounded by
+    ``timeout`` (a bound on the wait, not an assertion about elapsed time)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
 
 
 class ThreadedServer(Generic[T]):

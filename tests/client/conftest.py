@@ -4,27 +4,17 @@ own for the sync face) and a fake one with fault knobs (``fake_lockserver``)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import attrs
 import pytest
 import trio
 import trio.testing
-from client_support import ThreadedServer
+from client_support import ThreadedServer, start_server
 from fake_lockserver import FakeServer
 
-from lockserver import RunningServer, ServerConfig, serve
-
-#: Settings every test server gets unless a test overrides them.
-TEST_CONFIG = ServerConfig(host="127.0.0.1", port=0, log_level="WARNING")
+from lockserver import RunningServer
 
 T = TypeVar("T")
-
-
-async def start_server(nursery: trio.Nursery, **overrides: Any) -> RunningServer:
-    """Start the real ``serve`` in ``nursery`` with TEST_CONFIG plus ``overrides``."""
-    running: RunningServer = await nursery.start(serve, attrs.evolve(TEST_CONFIG, **overrides))
-    return running
 
 
 async def start_fake(nursery: trio.Nursery) -> FakeServer:

@@ -55,6 +55,9 @@ class FakeServer:
         self.received: list[Any] = []
         self.streams: set[trio.SocketStream] = set()
         self.users: dict[str, set[trio.SocketStream]] = {}  # session id -> connections
+        # One send at a time per connection: replies, released replies and the sweeper's
+        # events may be sent from different tasks.
+        self.send_locks: dict[trio.SocketStream, trio.Lock] = {}
         self.cancel_scope = trio.CancelScope()
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -98,13 +101,14 @@ class FakeServer:
     async def _send(self, stream: trio.SocketStream, messages: list[ServerMessage]) -> None:
         conn = Connection(Role.SERVER)
         data = b"".join(conn.send(m) for m in messages)
+        lock = self.send_locks.setdefault(stream, trio.Lock())
         with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
-            await stream.send_all(data)
+            async with lock:
+                await stream.send_all(data)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         self.streams.add(stream)
         conn = Connection(Role.SERVER)
-        lock = trio.Lock()
         try:
             while True:
                 try:
@@ -137,11 +141,11 @@ class FakeServer:
                     replies.append(self._answer(msg, stream))
                 if self.reverse:
                     replies.reverse()
-                async with lock:
-                    await self._send(stream, replies)
+                await self._send(stream, replies)
                 await self._push_lost(stream)
         finally:
             self.streams.discard(stream)
+            self.send_locks.pop(stream, None)
             for users in self.users.values():
                 users.discard(stream)
             with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):

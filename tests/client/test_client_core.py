@@ -19,6 +19,7 @@ from client._wire import (
     PING,
     RETRY,
     STATS,
+    Batch,
     Wire,
 )
 from protocol import (
@@ -149,6 +150,9 @@ def test_a_reply_body_of_the_wrong_kind_fails_that_request() -> None:
         (ErrorCode.TOO_MANY_SESSIONS, client.LimitExceeded),
         (ErrorCode.TOO_MANY_ENTRIES, client.LimitExceeded),
         (ErrorCode.TOO_MANY_WAITERS, client.LimitExceeded),
+        (ErrorCode.TOO_LARGE, client.LimitExceeded),
+        (ErrorCode.STORE_FULL, client.LimitExceeded),
+        (ErrorCode.OVERLOADED, client.ServerError),
         (ErrorCode.UNAUTHORIZED, client.AccessDenied),
         (ErrorCode.FORBIDDEN, client.AccessDenied),
         (ErrorCode.SESSION_CONFLICT, client.AccessDenied),
@@ -171,16 +175,56 @@ def test_error_replies_map_to_the_hierarchy(code: ErrorCode, cls: type[Exception
 
 
 def test_connection_level_error_is_quoted_when_the_connection_drops() -> None:
-    """An error reply without a request id (e.g. SHUTTING_DOWN) resolves nothing by itself;
-    the ConnectionLost of what is in flight then names it as the cause."""
+    """An error reply without a request id resolves nothing by itself; a closing one (here
+    INTERNAL_ERROR) marks the wire closing, and the ConnectionLost of what is in flight names
+    it as the cause (its outcome stays unknown)."""
     _core, wire = make_wire()
     wire.register(1, EXECUTE, "w")
-    resolved, _ = wire.feed(encode(ErrorReply(None, ErrorCode.SHUTTING_DOWN, "bye")))
-    assert resolved == []
+    resolved, _ = wire.feed(encode(ErrorReply(None, ErrorCode.INTERNAL_ERROR, "oops")))
+    assert resolved == [] and wire.closing
     [(_, _, error)] = wire.fail_all("the server closed the connection")
     assert isinstance(error, client.ConnectionLost)
-    assert "SHUTTING_DOWN" in str(error)
+    assert "INTERNAL_ERROR" in str(error) and "outcome is unknown" in str(error)
     assert isinstance(error.__cause__, client.ServerError)
+
+
+def test_a_connection_level_error_that_does_not_close_leaves_the_wire_open() -> None:
+    """A non-closing error without a request id is remembered, but the connection goes on."""
+    _core, wire = make_wire()
+    wire.register(1, EXECUTE, "w")
+    resolved, _ = wire.feed(encode(ErrorReply(None, ErrorCode.INVALID_MESSAGE, "what?")))
+    assert resolved == [] and not wire.closing
+    assert isinstance(wire.closing_error, client.ServerError)
+    assert wire.pending
+
+
+def test_requests_unanswered_at_shutting_down_were_not_executed() -> None:
+    """Issue 14, item 11 (core): the server answers every request it read before it stops
+    reading, then sends SHUTTING_DOWN; what is still in flight then was not executed. It
+    fails with ServerError(SHUTTING_DOWN) saying so (not ConnectionLost "outcome unknown"),
+    a batch call too; idempotent requests are re-sent on a new connection (RETRY)."""
+    core, wire = make_wire()
+    wire.register(1, EXECUTE, "answered")
+    wire.register(2, EXECUTE, "w")
+    wire.register(3, PING, "p")
+    batch: Batch[str] = Batch([4, 5], "b")
+    wire.register_batch(batch)
+    resolved, _ = wire.feed(
+        encode(Reply(1, tx_result()), ErrorReply(None, ErrorCode.SHUTTING_DOWN, "bye"))
+    )
+    assert [w for w, _, _ in resolved] == ["answered"]
+    assert wire.closing
+    out = {w: (v, e) for w, v, e in wire.fail_all("the server ended the connection")}
+    value, error = out["w"]
+    assert value is None and type(error) is client.ServerError
+    assert error.code is ErrorCode.SHUTTING_DOWN and error.request_id == 2
+    assert "was not executed" in str(error) and "unknown" not in str(error)
+    assert out["p"] == (RETRY, None)
+    calls, _ = out["b"]
+    assert [type(c) for c in calls] == [client.ServerError, client.ServerError]
+    batch_error = client.BatchError(calls)
+    assert not batch_error.outcome_unknown
+    assert core.requests_sent == 5
 
 
 def test_fail_all_retries_idempotent_requests_only() -> None:
@@ -201,12 +245,17 @@ def test_fail_all_retries_idempotent_requests_only() -> None:
 
 
 def test_garbage_from_the_server_is_a_connection_loss() -> None:
-    """Bytes that are not a valid frame poison the stream: feed raises ConnectionLost."""
+    """Bytes that are not a valid frame poison the stream: feed still returns the replies
+    decoded before them and marks the wire closing; what is in flight is then a
+    ConnectionLost quoting the invalid message."""
     _core, wire = make_wire()
-    wire.register(1, EXECUTE, "w")
-    with pytest.raises(client.ConnectionLost, match="invalid message"):
-        wire.feed(b"\x00\x00\x00\x01\xc1")  # 0xc1 is never valid msgpack
-    assert wire.closing_error is not None
+    wire.register(1, PING, "answered")
+    wire.register(2, EXECUTE, "w")
+    resolved, _ = wire.feed(encode(Reply(1, Pong(1.0, 1.0))) + b"\x00\x00\x00\x01\xc1")
+    assert resolved == [("answered", Pong(1.0, 1.0), None)]  # 0xc1 is never valid msgpack
+    assert wire.closing and isinstance(wire.closing_error, client.ConnectionLost)
+    [(_, _, error)] = wire.fail_all("the server ended the connection")
+    assert isinstance(error, client.ConnectionLost) and "invalid message" in str(error)
 
 
 def test_lock_lost_events_reach_every_session_with_that_id() -> None:
