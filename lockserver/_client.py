@@ -7,7 +7,8 @@ Why / rules kept (issue #3):
   pushing its reply from whichever task decides it).
 - The server never waits on a client: unsent bytes beyond ``max_send_buffer``, or a blocked
   send that makes no progress for ``send_timeout``, drop the client as a slow consumer; it is
-  sent nothing more.
+  sent nothing more. So does an outbox that grows while the unsent bytes of all connections
+  together are past ``max_send_total`` (10,000 connections x 4 MiB would be 40 GiB).
 - Closing on purpose never destroys the last reply (lingering close, below).
 
 Theory of operation
@@ -21,6 +22,15 @@ writer task is spawned in the connection's nursery; it waits for writability (at
 ``send_timeout`` per wait), sends, and ends when the outbox is empty. While blocked nobody else
 sends (bytes stay in order), queuing only appends, and an outbox past ``max_send_buffer``
 drops the client at once.
+
+**What all connections hold together** (:class:`Totals`, one per server). Only a blocked
+connection keeps unsent bytes past the batch that queued them, so only blocked outboxes are
+counted: each connection remembers how many of its bytes the total includes (``counted``)
+and re-syncs it when it queues while blocked and after each of its writer's sends; the
+writer's end and :meth:`Client.kill` take them all back. The hot path (not blocked) pays
+nothing. The same record holds the receive side (bytes of incomplete request frames, kept by
+the reader, ``_reading.py``) and the number of blocked connections, so ``statistics()``
+reads three integers instead of walking the connections.
 
 Chosen over a permanent writer task per connection woken by an Event: that costs a task switch
 per batch on the hot path and 10,000 idle tasks at the connection limit. Chosen over "the
@@ -54,7 +64,7 @@ from protocol import Connection, ErrorCode
 
 from ._auth import ANONYMOUS, Principal
 
-__all__ = ["Client", "linger", "CLOSE_GRACE", "WOULD_BLOCK_READ", "WOULD_BLOCK_WRITE"]
+__all__ = ["Client", "Totals", "linger", "CLOSE_GRACE", "WOULD_BLOCK_READ", "WOULD_BLOCK_WRITE"]
 
 log = logging.getLogger("lockserver")
 
@@ -66,20 +76,41 @@ WOULD_BLOCK_READ: Final = (BlockingIOError, ssl.SSLWantReadError)
 WOULD_BLOCK_WRITE: Final = (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError)
 
 
+class Totals:
+    """What the connections of one server hold together, and the bounds on it.
+
+    ``received``: bytes of incomplete request frames buffered (bound ``max_receive``, the
+    ``max_receive_total`` setting; kept by the reader); ``unsent``: unsent bytes of blocked
+    connections (bound ``max_send``, ``max_send_total``); ``blocked``: connections with a
+    writer task now. Plain integers, updated in place by the connections.
+    """
+
+    __slots__ = ("blocked", "max_receive", "max_send", "received", "unsent")
+
+    def __init__(self, *, max_receive: int, max_send: int) -> None:
+        self.max_receive = max_receive
+        self.max_send = max_send
+        self.received = 0
+        self.unsent = 0
+        self.blocked = 0
+
+
 class Client:
     """One connection's state. Plain slotted class: touched on every request.
 
     ``on_slow(client, why)`` is called once when the client is dropped as a slow consumer
-    (the server counts and logs it).
+    (the server counts and logs it). ``totals`` is the server's shared :class:`Totals`.
     """
 
     __slots__ = (
         "blocked",
         "client_name",
         "closing",
+        "counted",
         "dead",
         "eof",
         "fd",
+        "frame_started",
         "greeted",
         "last_recv",
         "max_send_buffer",
@@ -88,6 +119,7 @@ class Client:
         "on_slow",
         "opened_at",
         "outbox",
+        "pending",
         "principal",
         "proto",
         "read_done",
@@ -99,6 +131,7 @@ class Client:
         "stop_code",
         "stop_message",
         "stopping",
+        "totals",
         "unblocked",
     )
 
@@ -112,6 +145,7 @@ class Client:
         max_send_buffer: int,
         send_timeout: float,
         on_slow: Callable[[Client, str], None],
+        totals: Totals,
     ) -> None:
         self.sock = sock
         self.fd = sock.fileno()
@@ -120,7 +154,11 @@ class Client:
         self.max_send_buffer = max_send_buffer
         self.send_timeout = send_timeout
         self.on_slow = on_slow
+        self.totals = totals
         self.outbox = bytearray()
+        self.counted = 0  # bytes of the outbox included in totals.unsent
+        self.pending = 0  # bytes of an incomplete frame buffered, included in totals.received
+        self.frame_started = math.inf  # when that frame's first byte arrived (inf: none)
         self.sessions: set[str] = set()  # ids of the sessions this connection executed in
         self.greeted = False
         self.client_name = ""
@@ -150,10 +188,37 @@ class Client:
         self.send_pending()
 
     def send_pending(self) -> None:
-        """Send what the kernel takes now; past ``max_send_buffer`` unsent, drop the client."""
+        """Send what the kernel takes now; past ``max_send_buffer`` unsent, or grown while all
+        connections together are past ``max_send_total``, drop the client."""
         self.flush()
-        if self.blocked and len(self.outbox) > self.max_send_buffer:
-            self._slow(f"{len(self.outbox)} unsent bytes (max_send_buffer={self.max_send_buffer})")
+        if self.blocked:
+            self._check_unsent()
+
+    def _check_unsent(self) -> None:
+        """Blocked: count the outbox in the total, drop the client when it is over a bound."""
+        size = len(self.outbox)
+        grown = size - self.counted
+        totals = self.totals
+        totals.unsent += grown
+        self.counted = size
+        if size > self.max_send_buffer:
+            self._slow(f"{size} unsent bytes (max_send_buffer={self.max_send_buffer})")
+        elif grown > 0 and totals.unsent > totals.max_send:
+            self._slow(
+                f"{size} unsent bytes, {totals.unsent} in all connections together "
+                f"(max_send_total={totals.max_send})"
+            )
+
+    def _recount(self) -> None:
+        """Re-sync this connection's share of ``totals.unsent`` with its outbox."""
+        size = len(self.outbox)
+        self.totals.unsent += size - self.counted
+        self.counted = size
+
+    def _uncount(self) -> None:
+        """Take this connection's unsent bytes out of the total (writer ended, killed)."""
+        self.totals.unsent -= self.counted
+        self.counted = 0
 
     def flush(self) -> None:
         """One non-blocking send of the outbox; the rest goes to a writer task."""
@@ -172,6 +237,7 @@ class Client:
             return
         del out[:n]
         self.blocked = True
+        self.totals.blocked += 1
         self.unblocked = trio.Event()
         assert self.nursery is not None
         self.nursery.start_soon(self._write_blocked)
@@ -195,8 +261,11 @@ class Client:
                     self.kill(f"send failed: {exc}")
                     return
                 del self.outbox[:n]
+                self._recount()
         finally:
             self.blocked = False
+            self.totals.blocked -= 1
+            self._uncount()
             if self.unblocked is not None:
                 self.unblocked.set()
 
@@ -223,6 +292,7 @@ class Client:
             return
         self.dead = True
         self.outbox.clear()
+        self._uncount()
         log.debug("connection %s dropped: %s", self.name, why)
         if self.nursery is not None:
             self.nursery.cancel_scope.cancel()

@@ -35,6 +35,8 @@ from typing import Any, Final, NoReturn
 
 import attrs
 
+from protocol import HEADER_SIZE
+
 from ._auth import SecurityConfigError, TokenSpec, check_tokens, parse_tokens_text, tokens_from_toml
 from ._trust import TrustSettings
 
@@ -99,6 +101,18 @@ def _busy_poll_window(inst: object, attribute: attrs.Attribute[Any], value: Any)
     if value > _BUSY_POLL_MAX:
         # A longer spin would burn a core through any pause in the traffic: never useful.
         raise ValueError(f"{attribute.name} must be <= {_BUSY_POLL_MAX} seconds, got {value!r}")
+
+
+def _receive_total(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    _int_at_least(1024)(inst, attribute, value)
+    # Cross-field (not when the loader checks this setting alone, inst None): below one whole
+    # frame and its header, a frame of max_frame bytes could never be received.
+    max_frame = getattr(inst, "max_frame", None)
+    if type(max_frame) is int and value < max_frame + HEADER_SIZE:
+        raise ValueError(
+            f"{attribute.name} must be >= max_frame + {HEADER_SIZE} "
+            f"({max_frame + HEADER_SIZE}), got {value!r}"
+        )
 
 
 def _port(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -194,6 +208,9 @@ class ServerConfig:
     max_entries: int = attrs.field(default=10_000_000, validator=_int_at_least(1))
     #: Most lock entries one session may hold.
     max_entries_per_session: int = attrs.field(default=100_000, validator=_int_at_least(1))
+    #: Budget of what the server stores (entries, sessions, remembered results, parked
+    #: transactions), counted as stored; a change past it fails with STORE_FULL.
+    max_store_bytes: int = attrs.field(default=4 * 1024**3, validator=_int_at_least(1024 * 1024))
     #: Largest session max age (idle time) a client may ask for; above it: INVALID_MESSAGE.
     max_session_age: float = attrs.field(
         default=3600.0, converter=_to_float, validator=_seconds(zero_ok=False)
@@ -216,6 +233,17 @@ class ServerConfig:
     idle_timeout: float = attrs.field(
         default=300.0, converter=_to_float, validator=_seconds(zero_ok=True)
     )
+    #: Seconds a request frame may take to arrive once its first byte has, or the connection
+    #: is dropped; 0 = no limit.
+    frame_timeout: float = attrs.field(
+        default=15.0, converter=_to_float, validator=_seconds(zero_ok=True)
+    )
+    #: Bytes of incomplete request frames all connections together may hold; a receive that
+    #: passes it closes its connection with OVERLOADED. At least ``max_frame`` + 4.
+    max_receive_total: int = attrs.field(default=256 * 1024 * 1024, validator=_receive_total)
+    #: Unsent reply/event bytes all connections together may hold; a connection whose outbox
+    #: grows past it is dropped as a slow consumer.
+    max_send_total: int = attrs.field(default=512 * 1024 * 1024, validator=_int_at_least(1024))
     #: Longest server-side wait a transaction may ask for (its ``wait`` field), in seconds.
     max_wait: float = attrs.field(
         default=300.0, converter=_to_float, validator=_seconds(zero_ok=False)
@@ -226,6 +254,13 @@ class ServerConfig:
     max_waiters_per_session: int = attrs.field(default=1_000, validator=_int_at_least(1))
     #: Most parked transactions of one connection.
     max_waiters_per_connection: int = attrs.field(default=10_000, validator=_int_at_least(1))
+    #: Most weight (ops + 64 each) of the transactions parked on one variable: the most work
+    #: one change of it can trigger.
+    max_waiting_ops_per_variable: int = attrs.field(default=200_000, validator=_int_at_least(1))
+    #: Most weight of the transactions one session has parked.
+    max_waiting_ops_per_session: int = attrs.field(default=100_000, validator=_int_at_least(1))
+    #: Most weight of the transactions one principal has parked.
+    max_waiting_ops_per_principal: int = attrs.field(default=10_000_000, validator=_int_at_least(1))
     #: Longest time the poller keeps polling after serving a batch, when traffic is dense
     #: (lockserver._busypoll), in seconds; 0 = always sleep between requests.
     busy_poll: float = attrs.field(

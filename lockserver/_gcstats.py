@@ -9,6 +9,14 @@ Theory: ``gc.callbacks`` calls us at the start and stop of every collection; the
 the ``perf_counter`` difference (this is the shell layer: it may read clocks). Per generation
 we keep a count, the total and the longest pause. Cost: two callbacks per collection,
 nothing per request.
+
+The frozen-object count is taken once, when the server starts (:meth:`GcPauses.install`),
+not per ``stats`` request: ``gc.get_freeze_count()`` walks the whole frozen generation
+(~26,000 objects after ``__main__._tune_gc``, ~0.27 ms a call), and anybody may send
+thousands of ``stats`` in one 64 KiB write (issue 14: 3,000 cost ~1 s of server CPU). It
+only changes when ``gc.freeze()`` / ``gc.unfreeze()`` is called, which the server does
+before it starts. For the same reason the millisecond figures are rounded once per
+collection, not per request.
 """
 
 from __future__ import annotations
@@ -28,12 +36,15 @@ class GcPauses:
         self.total = [0.0, 0.0, 0.0]
         self.longest = [0.0, 0.0, 0.0]
         self.collected = 0  # unreachable objects found (a lock server should make few)
+        self.frozen = 0  # gc.get_freeze_count() when installed (it walks every frozen object)
+        self._ms: tuple[list[float], list[float]] | None = None  # to_wire's, until a collection
         self._started = 0.0
         self._installed = False
 
     def install(self) -> None:
-        """Start measuring (idempotent)."""
+        """Start measuring (idempotent); count the frozen objects now."""
         if not self._installed:
+            self.frozen = gc.get_freeze_count()
             gc.callbacks.append(self._callback)
             self._installed = True
 
@@ -55,14 +66,21 @@ class GcPauses:
         self.total[generation] += pause
         self.longest[generation] = max(self.longest[generation], pause)
         self.collected += int(info.get("collected", 0))
+        self._ms = None
 
     def to_wire(self) -> dict[str, Any]:
         """The ``gc`` statistics section (milliseconds, per generation 0, 1, 2)."""
+        ms = self._ms
+        if ms is None:
+            ms = self._ms = (
+                [round(t * 1000, 3) for t in self.total],
+                [round(t * 1000, 3) for t in self.longest],
+            )
         return {
             "collections": list(self.collections),
-            "pause_total_ms": [round(t * 1000, 3) for t in self.total],
-            "pause_max_ms": [round(t * 1000, 3) for t in self.longest],
+            "pause_total_ms": list(ms[0]),
+            "pause_max_ms": list(ms[1]),
             "collected": self.collected,
             "thresholds": list(gc.get_threshold()),
-            "frozen_objects": gc.get_freeze_count(),
+            "frozen_objects": self.frozen,
         }

@@ -28,12 +28,24 @@ next turn in the next pass, after the others and the timers (fairness). TLS conn
 whose SSL object may hold decrypted bytes no readiness event announces, and platforms without
 epoll keep a reading task each (``_read_loop_task``): ``recv_into`` until EAGAIN, then
 ``wait_readable``.
+
+**Incomplete frames** (issue 14: slowloris with partial frames). Nothing is allocated for the
+size a header announces: the protocol's frame buffer holds only the bytes received. After a
+receive that leaves part of a frame buffered, the reader (:meth:`Reading._buffered`) counts
+those bytes in the server's ``Totals.received`` and notes when the frame's first byte arrived
+(``Client.frame_started``: the reaper in ``_server.py`` closes the connection when the frame
+is not complete within ``frame_timeout``, however steadily its bytes trickle in). A receive
+that grows the total past ``max_receive_total`` closes its connection with ``OVERLOADED``;
+connections that only send whole frames never add to it. The hot path (every frame of the
+receive complete, nothing buffered before) pays one attribute read and one length check
+(``proto.buffered``): ~0.16 us per batch, measured with timeit.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import select
 import ssl
 import time
@@ -42,8 +54,10 @@ from typing import Final
 
 import trio
 
+from protocol import ErrorCode
+
 from ._busypoll import BusyPoll
-from ._client import WOULD_BLOCK_READ, Client
+from ._client import WOULD_BLOCK_READ, Client, Totals
 
 log = logging.getLogger("lockserver")
 
@@ -95,6 +109,8 @@ class Reading:
     recv_buffer: bytearray
     recv_view: memoryview
     busy_poll: BusyPoll
+    totals: Totals
+    overloaded_drops: int
     _process: Callable[[Client, memoryview], bool]  # Requests' (_requests.py)
 
     async def _read_loop(self, c: Client) -> None:
@@ -129,7 +145,11 @@ class Reading:
             if not n:
                 c.eof = True
                 self._read_stop(c)
-            elif not self._process(c, self.recv_view[:n]):
+                return
+            before = c.pending
+            if not self._process(c, self.recv_view[:n]) or (
+                (before or c.proto.buffered) and not self._buffered(c, before, n)
+            ):
                 self._read_stop(c)
         except Exception as exc:  # not one request's failure (those are answered): the loop's
             c.read_error = exc
@@ -188,6 +208,42 @@ class Reading:
             if not n:
                 c.eof = True
                 return
+            before = c.pending
             if not process(c, view[:n]):
                 return
+            if (before or c.proto.buffered) and not self._buffered(c, before, n):
+                return
             await checkpoint()
+
+    def _buffered(self, c: Client, before: int, n: int) -> bool:
+        """After a receive of ``n`` bytes that left (or, ``before`` > 0, had left) part of a
+        frame buffered: count it in ``Totals.received``, note when the frame began. False:
+        the total is past ``max_receive_total``; the connection is closed with OVERLOADED."""
+        left = c.proto.buffered
+        totals = self.totals
+        totals.received += left - before
+        c.pending = left
+        if not left:
+            c.frame_started = math.inf
+            return True
+        if not before or left < before + n:
+            # Nothing was buffered, or a frame completed in this receive: the incomplete
+            # frame buffered now began in this receive.
+            c.frame_started = trio.current_time()
+        if left <= before or totals.received <= totals.max_receive:
+            return True
+        if not c.stopping:
+            self.overloaded_drops += 1
+            log.warning(
+                "connection %s closed: %d bytes of incomplete frames buffered in all "
+                "connections together (max_receive_total=%d)",
+                c.name,
+                totals.received,
+                totals.max_receive,
+            )
+            c.stop(
+                ErrorCode.OVERLOADED,
+                "the server cannot buffer this incomplete request now "
+                f"(max_receive_total={totals.max_receive} bytes for all connections together)",
+            )
+        return False

@@ -41,9 +41,12 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
+import attrs
 import trio
 
 from protocol import (
+    DEFAULT_MAX_FRAME,
+    HEADER_SIZE,
     PROTOCOL_VERSION,
     Cancel,
     Cancelled,
@@ -54,6 +57,7 @@ from protocol import (
     Execute,
     GetStatistics,
     Hello,
+    LockLost,
     LostReason,
     Ping,
     Pong,
@@ -143,6 +147,8 @@ class Requests:
                             c.flush()
                     else:
                         out += other(c, msg, now)
+                        if self.engine.has_lost:  # e.g. stats expired a session: route now
+                            self._dispatch_lost()
                 except EngineError as exc:
                     out += proto.send(ErrorReply(msg.request_id, exc.code, exc.message))
                 except Exception:
@@ -186,27 +192,40 @@ class Requests:
                 f"{self.config.max_wait:g} s",
             )
         if self.auth is not None:
-            refusal = self._authorize(c, msg)
+            refusal = self._authorize(c, msg, now)
             if refusal is not None:
                 return refusal
         trust = self.trust
-        trust.record_call(now)
+        trust.record_call(now, source=c.principal.name if self.auth is not None else c)
         sid = session.session_id
         rid = msg.request_id
         token = (c, rid)
-        try:
-            answers = self.waits.submit(
-                c, token, session, msg.transaction, now=now, trust=trust.trust(now), wait=wait
-            )
-        finally:
-            # First use of a session on this connection: remember it for LockLost routing
-            # if the session exists now (a refused call may have created nothing).
-            if sid not in c.sessions and sid in self.engine.sessions:
-                self._use(c, sid)
-            if self.auth is not None:
-                self.engine.tag_session(sid, c.principal.name)  # the first principal owns it
-        if len(answers) == 1 and answers[0][0] is token:
-            return c.proto.send_result(rid, answers[0][1])  # the common case, nothing parked
+        engine = self.engine
+        answers = self.waits.submit(
+            c,
+            token,
+            session,
+            msg.transaction,
+            now=now,
+            trust=trust.trust(now),
+            wait=wait,
+            principal=c.principal.name,
+        )
+        # Losses this call caused (it may have expired the session it then re-created) go to
+        # the connections of the session that was lost, before this connection is counted
+        # among the users of the session it uses now.
+        if engine.has_lost:
+            self._dispatch_lost()
+        # First use of a session on this connection: remember it for LockLost routing if the
+        # session exists now (a refused call may have created nothing).
+        if sid not in c.sessions and sid in engine.sessions:
+            self._use(c, sid)
+        if self.auth is not None:
+            engine.tag_session(sid, c.principal.name)  # the first principal owns it
+        if len(answers) == 1:
+            answer = answers[0][1]
+            if type(answer) is TransactionResult:  # the common case: answered, nothing parked
+                return c.proto.send_result(rid, answer)
         own = bytearray()
         if wait is not None and wait > 0 and self.wait_scope is not None:
             deadline = now + wait
@@ -215,21 +234,45 @@ class Requests:
             conn: Client
             conn_rid: int
             conn, conn_rid = answered  # type: ignore[misc]
-            if conn is c:
+            if conn is not c:
+                self._answer(conn, conn_rid, result)
+            elif type(result) is TransactionResult:
                 own += c.proto.send_result(conn_rid, result)
             else:
-                self._answer(conn, conn_rid, result)
+                own += self._refusal(c, conn_rid, result)  # type: ignore[arg-type]
         return bytes(own)
 
-    def _answer(self, c: Client, rid: int, result: TransactionResult) -> None:
-        """Send a (parked) request's answer to its connection, whenever it comes."""
-        if not c.dead:
-            c.push(c.proto.send_result(rid, result))
+    def _refusal(self, c: Client, rid: int, err: EngineError) -> bytes:
+        """The error reply of a request the engine refused (a limit), or that hit a bug
+        (INTERNAL_ERROR: logged, the connection is closed after it)."""
+        if err.code is ErrorCode.INTERNAL_ERROR:
+            self.internal_errors += 1
+            log.error(
+                "connection %s: internal error serving request %d",
+                c.name,
+                rid,
+                exc_info=err.__cause__,
+            )
+            c.closing = True
+        return c.proto.send(ErrorReply(rid, err.code, err.message))
 
-    def _answer_all(self, answers: list[tuple[Any, TransactionResult]]) -> None:
+    def _answer(self, c: Client, rid: int, answer: TransactionResult | EngineError) -> None:
+        """Send a (parked) request's answer to its connection, whenever it comes."""
+        if c.dead:
+            return
+        if type(answer) is TransactionResult:
+            c.push(c.proto.send_result(rid, answer))
+            return
+        c.push(self._refusal(c, rid, answer))  # type: ignore[arg-type]
+        if c.closing:
+            c.stop(None, "")
+
+    def _answer_all(self, answers: list[tuple[Any, TransactionResult | EngineError]]) -> None:
         for token, result in answers:
             conn, rid = token
             self._answer(conn, rid, result)
+        if self.engine.has_lost:
+            self._dispatch_lost()
 
     def _request(self, c: Client, msg: Request, now: float) -> bytes:
         """Every request but a greeted Execute."""
@@ -291,7 +334,7 @@ class Requests:
             return send(Reply(rid, Pong(self.engine.uptime(now), self.trust.trust(now))))
         if t is EndSession:
             if self.auth is not None:
-                owner = self._owner_conflict(c, msg.session_id)  # type: ignore[union-attr]
+                owner = self._owner_conflict(c, msg.session_id, now)  # type: ignore[union-attr]
                 if owner is not None:
                     return self._invalid(c, rid, ErrorCode.SESSION_CONFLICT, owner)
             return send(Reply(rid, SessionEnded(self._end_session(c, msg.session_id, now))))  # type: ignore[union-attr]
@@ -311,7 +354,7 @@ class Requests:
 
     # --- authorization (only with tokens configured) -------------------------------------------
 
-    def _authorize(self, c: Client, msg: Execute) -> bytes | None:
+    def _authorize(self, c: Client, msg: Execute, now: float) -> bytes | None:
         """The refusal of an Execute this principal may not run; None: allowed."""
         principal = c.principal
         namespace = msg.transaction.namespace
@@ -322,15 +365,15 @@ class Requests:
                 ErrorCode.FORBIDDEN,
                 f"execute: token {principal.name!r} may not use namespace {namespace!r}",
             )
-        conflict = self._owner_conflict(c, msg.session.session_id)
+        conflict = self._owner_conflict(c, msg.session.session_id, now)
         if conflict is not None:
             return self._invalid(c, msg.request_id, ErrorCode.SESSION_CONFLICT, conflict)
         return None
 
-    def _owner_conflict(self, c: Client, sid: str) -> str | None:
+    def _owner_conflict(self, c: Client, sid: str, now: float) -> str | None:
         """The refusal message when session ``sid`` belongs to another principal, else None.
         The owner is the engine's tag of the session: it ends when the session does."""
-        owner = self.engine.session_tag(sid)
+        owner = self.engine.session_tag(sid, now)
         if owner is None or owner == c.principal.name:
             return None
         return f"session {sid!r} belongs to another principal"
@@ -368,22 +411,40 @@ class Requests:
         c.sessions.add(sid)
 
     def _dispatch_lost(self) -> None:
-        """Route the engine's LockLost events to the connections that used each session."""
-        lost = self.engine.drain_lost()
+        """Route the engine's LockLost events to the connections that used each session, as
+        soon as the engine queued them (before a later request can re-create the session):
+        with tokens, only to connections of the principal that owned the session. A loss
+        that ends the session (expired, ended) ends its routing: those connections used a
+        session that is gone, whatever reuses the id next."""
+        lost = self.engine.drain_lost_tagged()
         if not lost:
             return
         users_by_session = self.users
-        live = self.engine.sessions
-        for event in lost:
+        authenticated = self.auth is not None
+        for event, owner in lost:
             sid = event.session_id
             users = users_by_session.get(sid)
             if not users:
                 continue
-            data = self.encoder.send(event)
+            frames = self._lost_frames(event)
             for u in list(users):
-                self.events_sent += 1
-                u.push(data)
-            if event.reason is not LostReason.TTL and sid not in live:
+                if authenticated and owner is not None and u.principal.name != owner:
+                    continue  # never another principal's loss
+                for data in frames:
+                    self.events_sent += 1
+                    u.push(data)
+            if event.reason is not LostReason.TTL:
                 del users_by_session[sid]
                 for u in users:
                     u.sessions.discard(sid)
+
+    def _lost_frames(self, event: LockLost) -> list[bytes]:
+        """The frames of one LockLost event: one, or the entries split over several events
+        when one frame would pass the 1 MiB a client accepts (a session of 30,000 entries)."""
+        data = self.encoder.send(event)
+        if len(data) - HEADER_SIZE <= DEFAULT_MAX_FRAME or len(event.entries) < 2:
+            return [data]
+        half = len(event.entries) // 2
+        first = attrs.evolve(event, entries=event.entries[:half])
+        second = attrs.evolve(event, entries=event.entries[half:])
+        return self._lost_frames(first) + self._lost_frames(second)

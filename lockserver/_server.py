@@ -18,7 +18,12 @@ Why / rules kept (issue #3, STYLE.md):
 - No client can make the server wait on it: a client that does not read is dropped once its
   unsent bytes pass ``max_send_buffer`` or a blocked send makes no progress for
   ``send_timeout``; one that sends nothing is dropped after ``handshake_timeout`` /
-  ``idle_timeout``.
+  ``idle_timeout``; one that starts a frame and does not finish it within ``frame_timeout``
+  is dropped, however steadily its bytes trickle in.
+- What all connections hold together is bounded, not only what each holds: bytes of
+  incomplete request frames by ``max_receive_total`` (the receive that would pass it closes
+  its connection with OVERLOADED), unsent bytes by ``max_send_total`` (the connection whose
+  outbox grows past it is dropped as a slow consumer). Others are unaffected.
 
 Theory of operation
 ===================
@@ -41,9 +46,15 @@ driven by the same readiness waits before the read loop); the loops only add TLS
 read/write" exceptions to the plain ``BlockingIOError``, so the plain path costs the same.
 
 **Timers.** A sweeper sleeps until ``min(engine.next_deadline(), now + sweep_interval)``; a
-trust ticker wakes on every trust tick boundary; a reaper enforces the handshake and idle
-timeouts by scanning the connections (O(connections) once per second at most, which keeps the
-per-request cost to one attribute store).
+trust ticker wakes on every trust tick boundary; a reaper enforces the handshake, idle and
+frame timeouts by scanning the connections (O(connections) once per second at most, which
+keeps the per-request cost to one attribute store; the frame timeout's start is noted by the
+reader only when a receive leaves part of a frame buffered).
+
+**Statistics** are read per ``stats`` request, which anybody greeted may send, thousands per
+64 KiB: nothing here walks the connections or the heap per call (the blocked connections
+are counted as they block and unblock, ``Totals``; the frozen-object count is taken once at
+start, ``_gcstats.py``).
 
 **Shutdown.** ``RunningServer.shutdown()`` stops accepting, stops every reader between
 batches, lets queued replies drain, sends SHUTTING_DOWN, closes; all bounded by
@@ -73,7 +84,7 @@ from protocol import PROTOCOL_VERSION, Connection, ErrorCode, ErrorReply, Role, 
 
 from ._auth import Authenticator, SecurityConfigError, server_ssl_context
 from ._busypoll import BusyPoll
-from ._client import CLOSE_GRACE, Client, linger
+from ._client import CLOSE_GRACE, Client, Totals, linger
 from ._config import ConfigError, ServerConfig, server_version
 from ._gcstats import GcPauses
 from ._reading import Poller, Reading
@@ -197,6 +208,7 @@ class _Shell(Reading, Requests):
                 max_sessions=config.max_sessions,
                 max_entries=config.max_entries,
                 max_entries_per_session=config.max_entries_per_session,
+                max_store_bytes=config.max_store_bytes,
             ),
         )
         self.trust = TrustMonitor(config.trust, started_at=now)
@@ -206,6 +218,9 @@ class _Shell(Reading, Requests):
                 max_waiters=config.max_waiters,
                 max_waiters_per_session=config.max_waiters_per_session,
                 max_waiters_per_owner=config.max_waiters_per_connection,
+                max_waiting_ops_per_variable=config.max_waiting_ops_per_variable,
+                max_waiting_ops_per_session=config.max_waiting_ops_per_session,
+                max_waiting_ops_per_principal=config.max_waiting_ops_per_principal,
             ),
         )
         # Moved earlier whenever a waiter parks with an earlier deadline (see _wait_loop).
@@ -236,15 +251,22 @@ class _Shell(Reading, Requests):
             "max_sessions": config.max_sessions,
             "max_entries": config.max_entries,
             "max_entries_per_session": config.max_entries_per_session,
+            "max_store_bytes": config.max_store_bytes,
             "max_session_age": config.max_session_age,
             "max_send_buffer": config.max_send_buffer,
             "send_timeout": config.send_timeout,
             "handshake_timeout": config.handshake_timeout,
             "idle_timeout": config.idle_timeout,
+            "frame_timeout": config.frame_timeout,
+            "max_receive_total": config.max_receive_total,
+            "max_send_total": config.max_send_total,
             "max_wait": config.max_wait,
             "max_waiters": config.max_waiters,
             "max_waiters_per_session": config.max_waiters_per_session,
             "max_waiters_per_connection": config.max_waiters_per_connection,
+            "max_waiting_ops_per_variable": config.max_waiting_ops_per_variable,
+            "max_waiting_ops_per_session": config.max_waiting_ops_per_session,
+            "max_waiting_ops_per_principal": config.max_waiting_ops_per_principal,
         }
         self.version = server_version()
         # Drawn at every start: a client that reconnects and sees another instance knows
@@ -261,6 +283,8 @@ class _Shell(Reading, Requests):
         self.recv_buffer = bytearray(_RECV_SIZE)
         self.recv_view = memoryview(self.recv_buffer)
         self.clients: set[Client] = set()
+        # What the connections hold together (incomplete frames, unsent bytes) and its bounds.
+        self.totals = Totals(max_receive=config.max_receive_total, max_send=config.max_send_total)
         # session id -> connections that used it (as many as the sessions: sharded like them)
         self.users: ShardedDict[set[Client]] = ShardedDict()
         self.closed = trio.Event()
@@ -277,6 +301,8 @@ class _Shell(Reading, Requests):
         self.slow_consumers_dropped = 0
         self.handshake_timeouts = 0
         self.idle_timeouts = 0
+        self.frame_timeouts = 0
+        self.overloaded_drops = 0
         self.events_sent = 0
         self.gc_pauses = GcPauses()  # collector pauses while serving (statistics "gc")
         # Reads every plain connection from one task (None: no epoll on this platform).
@@ -385,6 +411,7 @@ class _Shell(Reading, Requests):
                 max_send_buffer=config.max_send_buffer,
                 send_timeout=config.send_timeout,
                 on_slow=self._slow_consumer,
+                totals=self.totals,
             )
             self.clients.add(c)
             log.debug("connection %s opened", c.name)
@@ -453,6 +480,10 @@ class _Shell(Reading, Requests):
 
     def _forget(self, c: Client) -> None:
         c.dead = True
+        # Its incomplete frame goes with it (its unsent bytes went when its writer ended).
+        self.totals.received -= c.pending
+        c.pending = 0
+        c.frame_started = math.inf
         if self.waits.cancel_owner(c):
             # Its waiters may have held others back (Waiting): let those run now.
             now = trio.current_time()
@@ -517,9 +548,11 @@ class _Shell(Reading, Requests):
     async def _reap_loop(self) -> None:
         handshake = self.config.handshake_timeout
         idle = self.config.idle_timeout
-        if not handshake and not idle:
+        frame = self.config.frame_timeout
+        timeouts = [t for t in (handshake, idle, frame) if t]
+        if not timeouts:
             return
-        interval = min(_REAP_INTERVAL, *(t / 4 for t in (handshake, idle) if t))
+        interval = min(_REAP_INTERVAL, *(t / 4 for t in timeouts))
         while True:
             await trio.sleep(interval)
             now = trio.current_time()
@@ -534,6 +567,16 @@ class _Shell(Reading, Requests):
                     self.idle_timeouts += 1
                     log.info("connection %s: idle for %g s, closing", c.name, idle)
                     c.stop(None, "")
+                elif frame and now - c.frame_started >= frame:  # frame_started: inf if none
+                    self.frame_timeouts += 1
+                    log.info(
+                        "connection %s: a frame incomplete for %g s (frame_timeout, %d bytes "
+                        "buffered), closing",
+                        c.name,
+                        frame,
+                        c.pending,
+                    )
+                    c.stop(None, "")
 
     # --- statistics ---------------------------------------------------------------------------
 
@@ -545,7 +588,7 @@ class _Shell(Reading, Requests):
                 "address": self.address,
                 "uptime": self.engine.uptime(now),
                 "connections": len(self.clients),
-                "connections_blocked": sum(1 for c in self.clients if c.blocked),
+                "connections_blocked": self.totals.blocked,
                 "connections_total": self.connections_total,
                 "connections_refused": self.connections_refused,
                 "requests_total": self.requests_total,
@@ -554,6 +597,10 @@ class _Shell(Reading, Requests):
                 "slow_consumers_dropped": self.slow_consumers_dropped,
                 "handshake_timeouts": self.handshake_timeouts,
                 "idle_timeouts": self.idle_timeouts,
+                "frame_timeouts": self.frame_timeouts,
+                "overloaded_drops": self.overloaded_drops,
+                "receive_buffered": self.totals.received,
+                "send_buffered": self.totals.unsent,
                 "events_sent": self.events_sent,
                 "sessions_tracked": len(self.users),
                 **self.busy_poll.to_wire(),

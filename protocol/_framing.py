@@ -5,6 +5,14 @@ reject an oversized frame *before* buffering it (the header is read first, the l
 and only then are bytes kept). :class:`FrameBuffer` is sans-I/O: feed it whatever the socket
 gave, pull complete frames until it says it needs more. Partial frames stay buffered; nothing is
 consumed until a whole frame is there (the consume/commit idea of wsproto's ``Buffer``).
+
+Memory: only received bytes are stored, never the size a header announces. When the frames
+handed out are followed by an incomplete one, they are dropped at that point (the "needs
+more" answer), so what the buffer holds between feeds is what ``len()`` reports: a server
+counts that against its budget for incomplete frames (issue 14), and 60 KiB of whole frames
+followed by one byte of the next must not keep 60 KiB. That costs a copy of the incomplete
+bytes, once per feed that ends mid-frame after whole frames; a feed that ends on a frame
+boundary empties the buffer instead.
 """
 
 from __future__ import annotations
@@ -76,10 +84,14 @@ class FrameBuffer:
         pos = self._pos
         avail = len(buf) - pos
         if avail < HEADER_SIZE:
+            if pos:
+                self._drop_consumed()
             return None
         size = self._check_header()
         end = pos + HEADER_SIZE + size
         if len(buf) < end:
+            if pos:
+                self._drop_consumed()
             return None
         payload = bytes(buf[pos + HEADER_SIZE : end])
         if end == len(buf):
@@ -94,3 +106,8 @@ class FrameBuffer:
             # The next feed() or next_frame() call checks it before any body is buffered.
             self._pos = end
         return payload
+
+    def _drop_consumed(self) -> None:
+        """Forget the frames handed out before the incomplete one (see the module's header)."""
+        del self._buf[: self._pos]
+        self._pos = 0

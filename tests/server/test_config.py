@@ -29,6 +29,9 @@ def test_defaults() -> None:
     assert c.sweep_interval == 1.0
     assert c.handshake_timeout == 10.0
     assert c.idle_timeout == 300.0
+    assert c.frame_timeout == 15.0
+    assert c.max_receive_total == 256 * 1024 * 1024
+    assert c.max_send_total == 512 * 1024 * 1024
     assert c.busy_poll == 0.0001
     assert c.log_level == "INFO"
     assert c.log_json is False
@@ -46,6 +49,14 @@ def test_defaults() -> None:
         ("max_connections", 1.5, "max_connections must be an integer, got 1.5"),
         ("sweep_interval", 0, "sweep_interval must be > 0 seconds, got 0.0"),
         ("idle_timeout", -1, "idle_timeout must be >= 0 seconds, got -1.0"),
+        ("frame_timeout", -1, "frame_timeout must be >= 0 seconds, got -1.0"),
+        ("max_send_total", 1023, "max_send_total must be >= 1024, got 1023"),
+        ("max_receive_total", 1023, "max_receive_total must be >= 1024, got 1023"),
+        (
+            "max_receive_total",
+            1024 * 1024,
+            "max_receive_total must be >= max_frame + 4 (1048580), got 1048576",
+        ),
         ("send_timeout", float("inf"), "send_timeout must be a finite number of seconds"),
         ("busy_poll", -0.001, "busy_poll must be >= 0 seconds, got -0.001"),
         ("busy_poll", 0.0101, "busy_poll must be <= 0.01 seconds, got 0.0101"),
@@ -171,6 +182,8 @@ def _a_valid_other_value(name: str) -> object:
         "trust_norm_floor": 2.0,
         "busy_poll": 0.001,
         "max_text": 2048,
+        "max_store_bytes": 2**21,
+        "max_receive_total": 2 * 1024 * 1024,  # at least max_frame + 4
     }.get(name, 4096)
 
 
