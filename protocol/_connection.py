@@ -76,7 +76,12 @@ class Connection:
         self._greeted = not gated
         self._buffer = FrameBuffer(min(max_frame, MAX_HELLO_FRAME) if gated else max_frame)
         self._max_containers = max(1024, max_frame // 16) if server else None
-        self._broken: ProtocolError | None = None
+        # The error that broke the stream, kept as (code, message, request id): every later
+        # call raises a fresh ProtocolError from it. Keeping the raised exception itself would
+        # tie its traceback's frames (the caller's connection objects among them) into a
+        # reference cycle through this attribute, freed only by a full collection (measured:
+        # ~40 objects per connection closed after a framing error).
+        self._broken: tuple[ErrorCode, str, int | None] | None = None
 
     @property
     def max_frame(self) -> int:
@@ -104,22 +109,22 @@ class Connection:
         """Feed received bytes. Raises ProtocolError (FRAME_TOO_LARGE) as soon as a header
         announces an oversized frame."""
         if self._broken is not None:
-            raise self._broken
+            raise self._broken_error()
         try:
             self._buffer.feed(data)
         except ProtocolError as exc:
-            self._broken = exc
+            self._break(exc)
             raise
 
     def next_frame(self) -> bytes | None:
         """The next whole frame payload (undecoded), or None. For callers that count or
         forward frames without decoding them."""
         if self._broken is not None:
-            raise self._broken
+            raise self._broken_error()
         try:
             return self._buffer.next_frame()
         except ProtocolError as exc:
-            self._broken = exc
+            self._break(exc)
             raise
 
     def next_message(self) -> Request | ServerMessage | None:
@@ -131,9 +136,17 @@ class Connection:
             wire = unpack(payload, self._max_containers)
         except ProtocolError as exc:
             if exc.code.closes_connection:
-                self._broken = exc
+                self._break(exc)
             raise
         return self.decode(wire)
+
+    def _break(self, exc: ProtocolError) -> None:
+        self._broken = (exc.code, exc.message, exc.request_id)
+
+    def _broken_error(self) -> ProtocolError:
+        assert self._broken is not None
+        code, message, request_id = self._broken
+        return ProtocolError(code, message, request_id=request_id)
 
     def decode(self, wire: Any) -> Request | ServerMessage:
         """Decode one already-unpacked wire structure for this role."""

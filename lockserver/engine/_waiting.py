@@ -432,34 +432,34 @@ class WaitQueue:
     ) -> EngineError | None:
         lim = self.limits
         ops = shape.ops
-        for key in shape.keys:
-            parked = self._ops_by_key.get(key, 0)
-            if parked + ops > lim.max_waiting_ops_per_variable:
-                return _too_heavy(
-                    f"variable {key[1]!r}/{key[2]!r}",
-                    parked,
-                    ops,
-                    lim.max_waiting_ops_per_variable,
-                    "max_waiting_ops_per_variable",
-                )
-        parked = self._ops_by_session.get(session_id, 0)
-        if parked + ops > lim.max_waiting_ops_per_session:
-            return _too_heavy(
+        checks: list[tuple[str, int, int, str]] = [
+            (
+                f"variable {key[1]!r}/{key[2]!r}",
+                self._ops_by_key.get(key, 0),
+                lim.max_waiting_ops_per_variable,
+                "max_waiting_ops_per_variable",
+            )
+            for key in shape.keys
+        ]
+        checks.append(
+            (
                 f"session {session_id!r}",
-                parked,
-                ops,
+                self._ops_by_session.get(session_id, 0),
                 lim.max_waiting_ops_per_session,
                 "max_waiting_ops_per_session",
             )
-        parked = self._ops_by_principal.get(principal, 0)
-        if parked + ops > lim.max_waiting_ops_per_principal:
-            return _too_heavy(
+        )
+        checks.append(
+            (
                 "this principal",
-                parked,
-                ops,
+                self._ops_by_principal.get(principal, 0),
                 lim.max_waiting_ops_per_principal,
                 "max_waiting_ops_per_principal",
             )
+        )
+        for what, parked, limit, setting in checks:
+            if parked + ops > limit:
+                return _too_heavy(what, parked, ops, limit, setting)
         return None
 
     # --- progress -----------------------------------------------------------------------------

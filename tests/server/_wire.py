@@ -26,12 +26,16 @@ from protocol import (
     ReplyBody,
     Request,
     Role,
+    SelectConstantValue,
     ServerMessage,
     SessionSpec,
     Statement,
     Transaction,
     TransactionResult,
     Welcome,
+    frame,
+    pack,
+    request_to_wire,
 )
 
 #: Generous: a test client accepts any reply the server may send.
@@ -206,3 +210,26 @@ async def wait_for(condition: Callable[[], bool], *, interval: float = 0.005) ->
     no reply reports, e.g. noticing a closed connection). Callers bound it with fail_after."""
     while not condition():
         await trio.sleep(interval)
+
+
+def frame_of_size(c: WireClient, size: int) -> tuple[bytes, int]:
+    """A framed, valid Execute whose payload is exactly ``size`` bytes, and its request id."""
+    msg = c.execute_message("s", [SelectConstantValue("pad", "")])
+    base = len(pack(request_to_wire(msg)))
+    pad = "x" * (size - base - 2)  # the str header grows from 1 to 3 bytes past 31 chars
+    msg = c.execute_message("s", [SelectConstantValue("pad", pad)])
+    payload = pack(request_to_wire(msg))
+    assert len(payload) == size, (len(payload), size)
+    return frame(payload), msg.request_id
+
+
+BIG = "y" * 60_000  # each flooding request and its reply carry this value
+
+
+async def flood(c: WireClient, count: int) -> None:
+    """Send ``count`` big requests without reading; stop quietly when the server hangs up."""
+    try:
+        for _ in range(count):
+            await c.send(c.execute_message("flood", [SelectConstantValue("v", BIG)]))
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass

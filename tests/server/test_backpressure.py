@@ -10,19 +10,8 @@ import trio.testing
 
 from protocol import GetStatistics, Reply, SelectConstantValue, TransactionResult
 
-from ._wire import WireClient, wait_for
+from ._wire import BIG, WireClient, flood, wait_for
 from .conftest import start_server
-
-BIG = "y" * 60_000  # each request and its reply carry this value
-
-
-async def _flood(c: WireClient, count: int) -> None:
-    """Send ``count`` big requests without reading; stop quietly when the server hangs up."""
-    try:
-        for _ in range(count):
-            await c.send(c.execute_message("flood", [SelectConstantValue("v", BIG)]))
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
 
 
 async def test_client_that_does_not_read_is_dropped(nursery: trio.Nursery) -> None:
@@ -34,7 +23,7 @@ async def test_client_that_does_not_read_is_dropped(nursery: trio.Nursery) -> No
         other = await WireClient.connect(server)
         worst = 0.0
         async with trio.open_nursery() as inner:
-            inner.start_soon(_flood, flooder, 1000)  # 60 MB, far beyond the kernel's buffers
+            inner.start_soon(flood, flooder, 1000)  # 60 MB, far beyond the kernel's buffers
             while server.statistics()["server"]["slow_consumers_dropped"] == 0:
                 start = time.perf_counter()
                 await other.ping()
@@ -57,7 +46,7 @@ async def test_blocked_send_times_out(nursery: trio.Nursery, clock: trio.testing
     server = await start_server(nursery, max_send_buffer=64 * 1024 * 1024, send_timeout=5.0)
     with trio.fail_after(30):
         stuck = await WireClient.connect(server)
-        await _flood(stuck, 300)  # 18 MB: the kernel buffers cannot hold the replies
+        await flood(stuck, 300)  # 18 MB: the kernel buffers cannot hold the replies
         await wait_for(lambda: server.statistics()["server"]["connections_blocked"] == 1)
         assert server.statistics()["server"]["slow_consumers_dropped"] == 0
     clock.jump(6)

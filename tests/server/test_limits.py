@@ -15,12 +15,9 @@ from protocol import (
     Ping,
     SelectConstantValue,
     SetVar,
-    frame,
-    pack,
-    request_to_wire,
 )
 
-from ._wire import WireClient, wait_for
+from ._wire import WireClient, frame_of_size, wait_for
 from .conftest import start_server
 
 
@@ -29,28 +26,17 @@ async def _bystander_ok(server: RunningServer) -> None:
         await other.ping()
 
 
-def _frame_of_size(c: WireClient, size: int) -> tuple[bytes, int]:
-    """A framed Execute whose payload is exactly ``size`` bytes, and its request id."""
-    msg = c.execute_message("s", [SelectConstantValue("pad", "")])
-    base = len(pack(request_to_wire(msg)))
-    pad = "x" * (size - base - 2)  # the str header grows from 1 to 3 bytes past 31 chars
-    msg = c.execute_message("s", [SelectConstantValue("pad", pad)])
-    payload = pack(request_to_wire(msg))
-    assert len(payload) == size, (len(payload), size)
-    return frame(payload), msg.request_id
-
-
 async def test_max_frame_at_and_past_the_bound(nursery: trio.Nursery) -> None:
     """A frame of exactly max_frame bytes is served; one byte more gets FRAME_TOO_LARGE and
     the connection is closed; another client is unaffected."""
     server = await start_server(nursery, max_frame=4096)
     with trio.fail_after(5):
         async with await WireClient.connect(server) as c:
-            data, rid = _frame_of_size(c, 4096)
+            data, rid = frame_of_size(c, 4096)
             await c.send_raw(data)
             reply = await c.reply(rid)
             assert not isinstance(reply, ErrorReply)
-            data, rid = _frame_of_size(c, 4097)
+            data, rid = frame_of_size(c, 4097)
             await c.send_raw(data)
             messages = await c.read_until_closed()
         assert [m.code for m in messages] == [ErrorCode.FRAME_TOO_LARGE]  # type: ignore[union-attr]

@@ -27,14 +27,11 @@ from protocol import (
     ErrorReply,
     Ping,
     Reply,
-    SelectConstantValue,
     TransactionResult,
     frame,
-    pack,
-    request_to_wire,
 )
 
-from ._wire import WireClient, wait_for
+from ._wire import WireClient, frame_of_size, wait_for
 from .conftest import start_server
 
 MIB = 1024 * 1024
@@ -48,17 +45,6 @@ def _server_stats(server: RunningServer) -> dict[str, Any]:
 def _buffering(server: RunningServer, size: int) -> Callable[[], bool]:
     """The condition "the server holds ``size`` bytes of incomplete frames" (for wait_for)."""
     return lambda: _server_stats(server)["receive_buffered"] == size
-
-
-def _execute_frame(c: WireClient, size: int) -> tuple[bytes, int]:
-    """A framed, valid Execute whose payload is exactly ``size`` bytes, and its request id."""
-    msg = c.execute_message("s", [SelectConstantValue("pad", "")])
-    base = len(pack(request_to_wire(msg)))
-    pad = "x" * (size - base - 2)  # the str header grows from 1 to 3 bytes past 31 chars
-    msg = c.execute_message("s", [SelectConstantValue("pad", pad)])
-    payload = pack(request_to_wire(msg))
-    assert len(payload) == size, (len(payload), size)
-    return frame(payload), msg.request_id
 
 
 async def _served(c: WireClient, rid: int) -> None:
@@ -138,8 +124,8 @@ async def test_a_slow_frame_inside_the_bound_is_served(
     with trio.fail_after(5):
         slow = await WireClient.connect(server)
         late = await WireClient.connect(server)
-        data, rid = _execute_frame(slow, 40_000)
-        late_data, _ = _execute_frame(late, 40_000)
+        data, rid = frame_of_size(slow, 40_000)
+        late_data, _ = frame_of_size(late, 40_000)
         await slow.send_raw(data[:10_000])
         await late.send_raw(late_data[:10_000])
         await wait_for(_buffering(server, 20_000))
@@ -173,7 +159,7 @@ async def test_a_stream_whose_writes_split_frames_is_not_one_slow_frame(
     server = await start_server(nursery, frame_timeout=10.0)
     with trio.fail_after(5):
         c = await WireClient.connect(server)
-        frames = [_execute_frame(c, 3_000) for _ in range(8)]
+        frames = [frame_of_size(c, 3_000) for _ in range(8)]
         half = 1_500
         await c.send_raw(frames[0][0][:half])
     for i in range(len(frames) - 1):
@@ -197,7 +183,7 @@ async def test_frame_timeout_zero_means_no_limit(
     server = await start_server(nursery, frame_timeout=0.0, idle_timeout=0.0)
     with trio.fail_after(5):
         c = await WireClient.connect(server)
-        data, rid = _execute_frame(c, 5_000)
+        data, rid = frame_of_size(c, 5_000)
         await c.send_raw(data[:100])
         await wait_for(_buffering(server, 100))
     clock.jump(100_000)
@@ -225,9 +211,9 @@ async def test_max_receive_total_at_and_past_the_bound(nursery: trio.Nursery) ->
         a, b, c, d, bystander = [await WireClient.connect(server) for _ in range(5)]
         pieces = {}
         for who in (a, b):
-            pieces[who] = _execute_frame(who, FRAME)
+            pieces[who] = frame_of_size(who, FRAME)
             await who.send_raw(pieces[who][0][:30_000])
-        pieces[c] = _execute_frame(c, FRAME)
+        pieces[c] = frame_of_size(c, FRAME)
         await c.send_raw(pieces[c][0][: CAP - 60_000])
         await wait_for(_buffering(server, CAP))
         await bystander.ping()  # whole frames never count
@@ -248,7 +234,7 @@ async def test_max_receive_total_at_and_past_the_bound(nursery: trio.Nursery) ->
             await _served(who, rid)
         assert _server_stats(server)["receive_buffered"] == 0
         e = await WireClient.connect(server)
-        data, rid = _execute_frame(e, FRAME)
+        data, rid = frame_of_size(e, FRAME)
         await e.send_raw(data[:20_000])
         await wait_for(_buffering(server, 20_000))
         await e.send_raw(data[20_000:])

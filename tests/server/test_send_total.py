@@ -20,7 +20,7 @@ import trio
 from lockserver._client import Client, Totals
 from protocol import Connection, Role, SelectConstantValue
 
-from ._wire import WireClient, wait_for
+from ._wire import BIG, WireClient, flood, wait_for
 from .conftest import start_server
 
 LIMIT = 1024 * 1024
@@ -134,18 +134,6 @@ async def test_writer_ending_takes_its_bytes_out_of_the_total(nursery: trio.Nurs
         assert drops == []
 
 
-BIG = "y" * 60_000  # each request and its reply carry this value
-
-
-async def _flood(c: WireClient, count: int) -> None:
-    """Send ``count`` big requests without reading; stop quietly when the server hangs up."""
-    try:
-        for _ in range(count):
-            await c.send(c.execute_message("flood", [SelectConstantValue("v", BIG)]))
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass
-
-
 async def test_non_reader_dropped_by_the_total_under_its_own_buffer(
     nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -160,7 +148,7 @@ async def test_non_reader_dropped_by_the_total_under_its_own_buffer(
         flooder = await WireClient.connect(server)
         other = await WireClient.connect(server)
         async with trio.open_nursery() as inner:
-            inner.start_soon(_flood, flooder, 1000)  # 60 MB, far beyond the kernel's buffers
+            inner.start_soon(flood, flooder, 1000)  # 60 MB, far beyond the kernel's buffers
             while server.statistics()["server"]["slow_consumers_dropped"] == 0:
                 await other.ping()
                 await trio.sleep(0.001)
