@@ -147,7 +147,7 @@ class Requests:
                             c.flush()
                     else:
                         out += other(c, msg, now)
-                        if self.engine.has_lost:  # e.g. stats expired a session: route now
+                        if self.engine.lost_queue:  # e.g. stats expired a session: route now
                             self._dispatch_lost()
                 except EngineError as exc:
                     out += proto.send(ErrorReply(msg.request_id, exc.code, exc.message))
@@ -214,7 +214,7 @@ class Requests:
         # Losses this call caused (it may have expired the session it then re-created) go to
         # the connections of the session that was lost, before this connection is counted
         # among the users of the session it uses now.
-        if engine.has_lost:
+        if engine.lost_queue:
             self._dispatch_lost()
         # First use of a session on this connection: remember it for LockLost routing if the
         # session exists now (a refused call may have created nothing).
@@ -271,7 +271,7 @@ class Requests:
         for token, result in answers:
             conn, rid = token
             self._answer(conn, rid, result)
-        if self.engine.has_lost:
+        if self.engine.lost_queue:
             self._dispatch_lost()
 
     def _request(self, c: Client, msg: Request, now: float) -> bytes:

@@ -87,22 +87,8 @@ def unpack(payload: bytes, max_containers: int | None = None) -> Any:
     before anything could look at it. Small payloads are decoded without counting (counting
     costs a call per container; a payload of ``_COUNT_FROM`` bytes builds at most ~1 MiB).
     """
-    if max_containers is None or len(payload) <= _COUNT_FROM:
-        return _unpack(payload, None)
-    return _unpack(payload, max_containers)
-
-
-#: Payloads up to this many bytes are decoded without counting their containers.
-_COUNT_FROM: Final = 16 * 1024
-
-
-class _TooManyContainers(Exception):
-    pass
-
-
-def _unpack(payload: bytes, max_containers: int | None) -> Any:
     try:
-        if max_containers is None:
+        if max_containers is None or len(payload) <= _COUNT_FROM:
             return msgpack.unpackb(payload, raw=False, strict_map_key=True, timestamp=0)
         left = [max_containers]
 
@@ -139,6 +125,14 @@ def _unpack(payload: bytes, max_containers: int | None) -> Any:
         raise ProtocolError(
             ErrorCode.MALFORMED_FRAME, f"frame is not a valid msgpack document ({detail})"
         ) from None
+
+
+#: Payloads up to this many bytes are decoded without counting their containers.
+_COUNT_FROM: Final = 16 * 1024
+
+
+class _TooManyContainers(Exception):
+    pass
 
 
 # --- field readers ----------------------------------------------------------------------------

@@ -388,6 +388,8 @@ def _plain_pair(table: Any, var: Any, max_name: int) -> bool:
 def _plain_value(value: Any, max_value: int) -> bool:
     """A scalar that is plainly valid and within ``max_value`` (a str or bytes of at most
     ``max_value`` / 4 - 8 characters is: 4 bytes per character at most, plus its element)."""
+    if value is None:
+        return True
     t = type(value)
     if t is str or t is bytes:
         return len(value) * 4 + ELEMENT_SIZE <= max_value

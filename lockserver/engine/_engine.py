@@ -231,8 +231,9 @@ class Engine:
         self._ttls_due = Deadlines()
         # At or before the earliest deadline of either (the hot path's one comparison).
         self._next_expiry = math.inf
-        # Lost events with the tag their session had (the principal that owned it).
-        self._lost: list[tuple[LockLost, str | None]] = []
+        # Lost events with the tag their session had (the principal that owned it): the
+        # shell routes them when this is not empty (a plain list: checked per request).
+        self.lost_queue: list[tuple[LockLost, str | None]] = []
         self._outcomes: dict[str, int] = {_OK: 0, _FAILED: 0, _REFUSED: 0}
         self._sessions_expired = 0
         self._entries_expired = 0
@@ -405,20 +406,15 @@ class Engine:
         t = min(self._sessions_due.first(), self._ttls_due.first())
         return None if t == math.inf else t
 
-    @property
-    def has_lost(self) -> bool:
-        """Whether LockLost events are queued (``drain_lost`` would return some)."""
-        return bool(self._lost)
-
     def drain_lost(self) -> list[LockLost]:
         """Take the LockLost events queued since the last call."""
-        lost, self._lost = self._lost, []
+        lost, self.lost_queue = self.lost_queue, []
         return [event for event, _ in lost]
 
     def drain_lost_tagged(self) -> list[tuple[LockLost, str | None]]:
         """Take the LockLost events queued since the last call, each with the tag its session
         had when the entries were lost (``tag_session``: the principal that owned it)."""
-        lost, self._lost = self._lost, []
+        lost, self.lost_queue = self.lost_queue, []
         return lost
 
     def drain_changes(self) -> set[tuple[str, str, str]]:
@@ -570,7 +566,7 @@ class Engine:
                     removed += 1
                     self._entries_expired += 1
                     tag = self.sessions[sid].tag
-                    self._lost.append(
+                    self.lost_queue.append(
                         (LockLost(sid, LostReason.TTL, ((ns, table, var, fence),)), tag)
                     )
         self._next_expiry = min(sessions.next_time(), ttls.next_time())
@@ -666,7 +662,7 @@ class Engine:
         s.retry_memory = None  # freed now, not when the session's deadline would have come
         s.retry_bytes = 0
         if reason is not None:
-            self._lost.append((LockLost(sid, reason, tuple(lost)), s.tag))
+            self.lost_queue.append((LockLost(sid, reason, tuple(lost)), s.tag))
 
 
 def _forgotten_data(tid: str, result: TransactionResult) -> EngineError:

@@ -118,7 +118,8 @@ REPLY_DATA_LIMIT: Final = DEFAULT_MAX_FRAME - 16 * 1024
 
 def entry_cost(table: str, var: str, value: Any, description: str | None) -> int:
     """What an entry counts in the store budget (documented in docs/configuration.md): the
-    base, its table and variable names, its value's size and its description."""
+    base, its table and variable names, its value's size and its description. (The
+    evaluator's hot paths inline it.)"""
     cost = ENTRY_BASE + len(table) + len(var)
     if value is not None:
         cost += value_size(value)
@@ -487,10 +488,14 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
     desc = node.description
     entry: Entry = (sid, value, desc, ctx.tx_id, now, expires, ctx.fence)
     engine = ctx.engine
-    # entry_cost inlined for the common case (no value, no description)
+    # entry_cost inlined (an ASCII str or no value is the common case)
     cost = ENTRY_BASE + len(table) + len(var)
     if value is not None:
-        cost += value_size(value)
+        cost += (
+            ELEMENT_SIZE + len(value)
+            if type(value) is str and value.isascii()
+            else value_size(value)
+        )
     if desc is not None:
         cost += len(desc)
     if slot is not None:
@@ -589,7 +594,19 @@ def _op_deletevar(ctx: TxContext, node: Any) -> bool:
         snapshots = ctx.snapshots  # hot path: ctx._snapshot inlined
         if (table, var) not in snapshots:
             snapshots[table, var] = slot
-        ctx._removed(table, var, slot)
+        # ctx._removed inlined (entry_cost with an ASCII str or no value, no description)
+        old = slot[1]
+        desc = slot[2]
+        cost = ENTRY_BASE + len(table) + len(var)
+        if old is not None:
+            cost += (
+                ELEMENT_SIZE + len(old) if type(old) is str and old.isascii() else value_size(old)
+            )
+        if desc is not None:
+            cost += len(desc)
+        ctx.stored -= cost
+        if slot[5] is not None:
+            ctx.ttl_ops.append((slot[5], table, var, None))
         del vars_[var]  # drop_var inlined
         if t is vars_:
             if not vars_:
