@@ -207,7 +207,7 @@ class Engine:
     ) -> None:
         self.started_at = started_at
         self.host = host
-        self.limits = limits or EngineLimits()
+        self.limits = limits or EngineLimits()  # (the property also sets the three below)
         # Unix time (s) at started_at, from the fence epoch (wall-clock µs at start): period
         # windows (SetVar period=) align on the wall clock, like the seed's floor(now/period).
         self.wall_at_start = fence_epoch / 1_000_000
@@ -242,6 +242,20 @@ class Engine:
         # the shell (server-side waiting re-evaluates waiters of changed variables).
         self.track_changes = track_changes
         self._changed: set[tuple[str, str, str]] = set()
+
+    @property
+    def limits(self) -> EngineLimits:
+        """The engine's bounds. Setting them also sets ``max_entries``,
+        ``max_entries_per_session`` and ``max_store_bytes``: plain attributes, read by the
+        evaluator on every new entry (one attribute load, not two)."""
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: EngineLimits) -> None:
+        self._limits = limits
+        self.max_entries = limits.max_entries
+        self.max_entries_per_session = limits.max_entries_per_session
+        self.max_store_bytes = limits.max_store_bytes
 
     # --- public API ---------------------------------------------------------------------------
 

@@ -372,7 +372,7 @@ class TxContext:
         replacement that costs more can be refused)."""
         old = entry_cost(table, var, e[S_VALUE], e[S_DESC])
         engine = self.engine
-        limit = engine.limits.max_store_bytes
+        limit = engine.max_store_bytes
         if cost > old and engine.stored + self.stored + cost - old > limit:
             raise store_full(engine.stored, limit)
         self._removed(table, var, e)
@@ -520,21 +520,21 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
                     return True
     # A new entry for this session.
     session = ctx.session
-    if session.held >= engine.limits.max_entries_per_session:
+    if session.held >= engine.max_entries_per_session:
         raise EngineError(
             ErrorCode.TOO_MANY_ENTRIES,
             f"session {sid!r} already holds {session.held} entries, the limit "
-            f"(max_entries_per_session={engine.limits.max_entries_per_session})",
+            f"(max_entries_per_session={engine.max_entries_per_session})",
         )
-    if engine.entry_count >= engine.limits.max_entries:
+    if engine.entry_count >= engine.max_entries:
         raise EngineError(
             ErrorCode.TOO_MANY_ENTRIES,
             f"the server holds {engine.entry_count} entries, the limit "
-            f"(max_entries={engine.limits.max_entries})",
+            f"(max_entries={engine.max_entries})",
         )
     stored = ctx.stored + cost
-    if engine.stored + stored > engine.limits.max_store_bytes:
-        raise store_full(engine.stored, engine.limits.max_store_bytes)
+    if engine.stored + stored > engine.max_store_bytes:
+        raise store_full(engine.stored, engine.max_store_bytes)
     ctx.stored = stored
     if expires is not None:
         ctx.ttl_ops.append((expires, table, var, ctx.fence))
