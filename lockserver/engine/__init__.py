@@ -3,9 +3,9 @@
 from ._engine import Engine as Engine
 from ._engine import EngineLimits as EngineLimits
 from ._engine import EngineStatistics as EngineStatistics
-from ._eval import EngineError as EngineError
 from ._eval import same_value as same_value
 from ._sharded import ShardedDict as ShardedDict
+from ._store import EngineError as EngineError
 from ._waiting import WaitLimits as WaitLimits
 from ._waiting import WaitQueue as WaitQueue
 from ._waiting import WaitStatistics as WaitStatistics

@@ -58,17 +58,21 @@ from protocol import (
 )
 
 from ._deadlines import Deadlines
-from ._eval import (
+from ._eval import TxContext
+from ._sharded import ShardedDict
+from ._store import (
     S_DESC,
     S_EXPIRES,
     S_FENCE,
     S_OWNER,
     S_VALUE,
+    SESSION_BASE,
     EngineError,
     Entry,
+    SessionRecord,
     Slot,
+    Store,
     Table,
-    TxContext,
     as_entries,
     drop_var,
     entry_cost,
@@ -77,7 +81,6 @@ from ._eval import (
     store_full,
     text_len,
 )
-from ._sharded import ShardedDict
 
 __all__ = [
     "RETRY_BYTES",
@@ -92,9 +95,6 @@ __all__ = [
 RETRY_MEMORY = 32
 #: At most this many bytes of remembered results' selected data per session (``data_size``).
 RETRY_BYTES = 64 * 1024
-#: What a session counts in the store budget beside its id and description (its object, its
-#: index and deadline bookkeeping: measured ~400 bytes per session with 1,000,000 live).
-SESSION_BASE = 512
 
 
 def data_size(data: tuple[tuple[str, Any], ...]) -> int:
@@ -143,49 +143,6 @@ class EngineStatistics:
         return attrs.asdict(self)
 
 
-class _Session:
-    """A client session (engine-internal)."""
-
-    __slots__ = (
-        "cost",
-        "description",
-        "ended",
-        "held",
-        "keys",
-        "last_touch",
-        "max_age",
-        "queued",
-        "retry_bytes",
-        "retry_memory",
-        "session_id",
-        "tag",
-    )
-
-    def __init__(self, spec: SessionSpec, now: float) -> None:
-        self.session_id = spec.session_id
-        self.tag: str | None = None  # the shell's label (its owner's name), see tag_session
-        self.description = spec.description
-        self.max_age = spec.max_age
-        self.last_touch = now
-        self.queued = now + spec.max_age  # the deadline it is queued at (moves lazily)
-        # what it counts in the store budget, its retry memory's data apart
-        self.cost = SESSION_BASE + text_len(spec.session_id) + text_len(spec.description)
-        self.retry_bytes = 0  # data_size of the results in retry_memory
-        self.ended = False
-        # (namespace, table) -> {var: None}: the vars it holds, grouped by table (no empty
-        # group); the var str is the one the table is keyed by (one dict slot per entry)
-        self.keys: dict[tuple[str, str], dict[str, None]] = {}
-        self.held = 0  # how many entries it holds (the size of all groups together)
-        # transaction id -> (the Transaction that ran, its result, the data_size it counts;
-        # -1: remembered without its data); None until first needed
-        self.retry_memory: dict[str, tuple[Transaction, TransactionResult, int]] | None = None
-
-    @property
-    def deadline(self) -> float:
-        """When the session expires unless touched again (engine clock)."""
-        return self.last_touch + self.max_age
-
-
 # Outcome names of EngineStatistics.by_outcome; counted by name (a str key hashes faster than
 # a (Status, Cause) tuple on the hot path).
 _OK = "TransactionOK"
@@ -207,21 +164,22 @@ class Engine:
     ) -> None:
         self.started_at = started_at
         self.host = host
-        self.limits = limits or EngineLimits()  # (the property also sets the three below)
-        # Unix time (s) at started_at, from the fence epoch (wall-clock µs at start): period
-        # windows (SetVar period=) align on the wall clock, like the seed's floor(now/period).
-        self.wall_at_start = fence_epoch / 1_000_000
-        # (namespace, table, var) -> {session id: parked transactions of that session holding a
-        # SetVar on it}; kept by the WaitQueue, read by the Waiting operator.
-        self.pending_sets: dict[tuple[str, str, str], dict[str, int]] = {}
-        self.namespaces: dict[str, dict[str, Table]] = {}
+        limits = limits or EngineLimits()
+        # The data and its counts: what a transaction touches (the evaluator gets this, never
+        # the engine). Period windows align on the wall clock: the fence epoch is the
+        # wall-clock µs at start.
+        self.store = Store(
+            started_at=started_at,
+            wall_at_start=fence_epoch / 1_000_000,
+            max_entries=limits.max_entries,
+            max_entries_per_session=limits.max_entries_per_session,
+            max_store_bytes=limits.max_store_bytes,
+        )
+        self.store.track_changes = track_changes
+        self._limits = limits
         # Sharded: a million sessions coming and going must not pause everything while one
         # dict rebuilds (see _sharded.py).
-        self.sessions: ShardedDict[_Session] = ShardedDict()
-        self.entry_count = 0
-        self.table_count = 0
-        #: What the store budget counts now (module docstring).
-        self.stored = 0
+        self.sessions: ShardedDict[SessionRecord] = ShardedDict()
         self.fence = fence_epoch
         self._seq = 0
         # (deadline, seq, session), keyed by the session
@@ -238,37 +196,65 @@ class Engine:
         self._sessions_expired = 0
         self._entries_expired = 0
         self.retries_answered = 0  # retries answered from a session's retry memory
-        # When tracking, every change to a variable records (namespace, table, var) here for
-        # the shell (server-side waiting re-evaluates waiters of changed variables).
-        self.track_changes = track_changes
-        self._changed: set[tuple[str, str, str]] = set()
 
     @property
     def limits(self) -> EngineLimits:
-        """The engine's bounds. Setting them also sets ``max_entries``,
-        ``max_entries_per_session`` and ``max_store_bytes``: plain attributes, read by the
-        evaluator on every new entry (one attribute load, not two)."""
+        """The engine's bounds (setting them sets the store's)."""
         return self._limits
 
     @limits.setter
     def limits(self, limits: EngineLimits) -> None:
         self._limits = limits
-        self.max_entries = limits.max_entries
-        self.max_entries_per_session = limits.max_entries_per_session
-        self.max_store_bytes = limits.max_store_bytes
+        store = self.store
+        store.max_entries = limits.max_entries
+        store.max_entries_per_session = limits.max_entries_per_session
+        store.max_store_bytes = limits.max_store_bytes
+
+    # Views of the store, for readers of the engine (the engine itself uses ``store``).
+
+    @property
+    def namespaces(self) -> dict[str, dict[str, Table]]:
+        """namespace -> table -> variables (the store's)."""
+        return self.store.namespaces
+
+    @property
+    def entry_count(self) -> int:
+        """Entries held."""
+        return self.store.entry_count
+
+    @property
+    def table_count(self) -> int:
+        """Tables that hold entries."""
+        return self.store.table_count
+
+    @property
+    def stored(self) -> int:
+        """What the store budget counts now (``max_store_bytes``)."""
+        return self.store.stored
+
+    @property
+    def pending_sets(self) -> dict[tuple[str, str, str], dict[str, int]]:
+        """Variables parked transactions would set, by session (the ``Waiting`` operator)."""
+        return self.store.pending_sets
+
+    @property
+    def track_changes(self) -> bool:
+        """Whether changed variables are collected (for the wait queue)."""
+        return self.store.track_changes
+
+    @track_changes.setter
+    def track_changes(self, on: bool) -> None:
+        self.store.track_changes = on
 
     # --- public API ---------------------------------------------------------------------------
 
     def window_end(self, now: float, period: float) -> float:
         """Engine time at which the current ``period`` window of the wall clock ends."""
-        wall = self.wall_at_start + (now - self.started_at)
-        end = (math.floor(wall / period) + 1) * period
-        return now + (end - wall)
+        return self.store.window_end(now, period)
 
     def note_change(self, key: tuple[str, str, str]) -> None:
         """Record a change of ``key`` for waiters (when changes are tracked)."""
-        if self.track_changes:
-            self._changed.add(key)
+        self.store.note_change(key)
 
     def uptime(self, now: float) -> float:
         """Seconds since the engine started (never negative)."""
@@ -345,7 +331,7 @@ class Engine:
             if tid:
                 self._remember(s, tx, result)
             return result
-        ctx = TxContext(self, s, tx.namespace, tx.transaction_id, now, self.fence + 1)
+        ctx = TxContext(self.store, s, tx.namespace, tx.transaction_id, now, self.fence + 1)
         try:
             failed = ctx.run(statements)
         except BaseException:  # a limit (EngineError) or a bug: leave no trace either way
@@ -375,14 +361,14 @@ class Engine:
             return result
         if ctx.snapshots:
             self.fence += 1
-            self.stored += ctx.stored
+            self.store.stored += ctx.stored
             ns = tx.namespace
             if ctx.ttl_ops:
                 self._apply_ttl_ops(ns, s.session_id, ctx.ttl_ops)
             if not ctx.tables:  # the transaction deleted the namespace's last entries
-                self.namespaces.pop(ns, None)
-            if self.track_changes:
-                self._changed.update((ns, t, v) for t, v in ctx.snapshots)
+                self.store.namespaces.pop(ns, None)
+            if self.store.track_changes:
+                self.store.changed.update((ns, t, v) for t, v in ctx.snapshots)
         self._outcomes[_OK] += 1
         result = TransactionResult(
             Status.TRANSACTION_OK,
@@ -434,7 +420,7 @@ class Engine:
     def drain_changes(self) -> set[tuple[str, str, str]]:
         """Take the set of (namespace, table, var) changed since the last call
         (only collected when ``track_changes`` is on)."""
-        changed, self._changed = self._changed, set()
+        changed, self.store.changed = self.store.changed, set()
         return changed
 
     def tag_session(self, session_id: str, tag: str) -> None:
@@ -464,9 +450,9 @@ class Engine:
         self._expire(now)
         return EngineStatistics(
             uptime=self.uptime(now),
-            namespaces=len(self.namespaces),
-            tables=self.table_count,
-            entries=self.entry_count,
+            namespaces=len(self.store.namespaces),
+            tables=self.store.table_count,
+            entries=self.store.entry_count,
             sessions=len(self.sessions),
             fence=self.fence,
             transactions=sum(self._outcomes.values()),
@@ -474,38 +460,38 @@ class Engine:
             sessions_expired=self._sessions_expired,
             entries_expired=self._entries_expired,
             retries_answered=self.retries_answered,
-            stored_bytes=self.stored,
+            stored_bytes=self.store.stored,
         )
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _new_session(self, spec: SessionSpec, now: float) -> _Session:
+    def _new_session(self, spec: SessionSpec, now: float) -> SessionRecord:
         if len(self.sessions) >= self.limits.max_sessions:
             raise EngineError(
                 ErrorCode.TOO_MANY_SESSIONS,
                 f"the server holds {len(self.sessions)} sessions, the limit "
                 f"(max_sessions={self.limits.max_sessions})",
             )
-        s = _Session(spec, now)
-        if self.stored + s.cost > self.limits.max_store_bytes:
-            raise store_full(self.stored, self.limits.max_store_bytes)
+        s = SessionRecord(spec, now)
+        if self.store.stored + s.cost > self.store.max_store_bytes:
+            raise store_full(self.store.stored, self.store.max_store_bytes)
         self.sessions[spec.session_id] = s
-        self.stored += s.cost
+        self.store.stored += s.cost
         self._seq += 1
         deadline = s.queued
         self._sessions_due.add(s, (deadline, self._seq, s))
         self._next_expiry = min(self._next_expiry, deadline)
         return s
 
-    def _forget_session(self, s: _Session) -> None:
+    def _forget_session(self, s: SessionRecord) -> None:
         """Drop a session that holds nothing (created by a call that then failed)."""
         s.ended = True
         del self.sessions[s.session_id]
         self._sessions_due.discard(s, s.queued)
-        self.stored -= s.cost + s.retry_bytes
+        self.store.stored -= s.cost + s.retry_bytes
         s.retry_memory = None
 
-    def _remember(self, s: _Session, tx: Transaction, result: TransactionResult) -> None:
+    def _remember(self, s: SessionRecord, tx: Transaction, result: TransactionResult) -> None:
         """Keep ``result`` in the session's retry memory: the last RETRY_MEMORY ids, at most
         RETRY_BYTES of their data (oldest forgotten first), within the store budget; a result
         whose data cannot be kept is remembered without it (a retry is then refused)."""
@@ -518,7 +504,7 @@ class Engine:
             if old is not None:
                 self._unremember(s, old[2])
         size = data_size(result.data) if result.data else 0
-        if size > RETRY_BYTES or self.stored + size > self.limits.max_store_bytes:
+        if size > RETRY_BYTES or self.store.stored + size > self.store.max_store_bytes:
             memory[tid] = (tx, result, -1)
         else:
             while memory and (s.retry_bytes + size > RETRY_BYTES):
@@ -526,15 +512,15 @@ class Engine:
                 self._unremember(s, memory.pop(oldest)[2])
             memory[tid] = (tx, result, size)
             s.retry_bytes += size
-            self.stored += size
+            self.store.stored += size
         while len(memory) > RETRY_MEMORY:
             oldest = next(iter(memory))  # dicts keep insertion order
             self._unremember(s, memory.pop(oldest)[2])
 
-    def _unremember(self, s: _Session, size: int) -> None:
+    def _unremember(self, s: SessionRecord, size: int) -> None:
         if size > 0:
             s.retry_bytes -= size
-            self.stored -= size
+            self.store.stored -= size
 
     def _apply_ttl_ops(
         self, ns: str, sid: str, ops: list[tuple[float, str, str, int | None]]
@@ -592,7 +578,7 @@ class Engine:
         """Remove ``sid``'s entry of a variable if it is still the one queued to expire at
         ``expires``: same fence (not replaced by a later transaction) and same expiry (not
         replaced within its own transaction, where the fence is shared)."""
-        tables = self.namespaces.get(ns)
+        tables = self.store.namespaces.get(ns)
         slot = find_slot(tables, table, var)
         if slot is None:
             return False
@@ -606,7 +592,7 @@ class Engine:
         e = entries[i]
         if e[S_FENCE] != fence or e[S_EXPIRES] != expires:
             return False
-        self.stored -= entry_cost(table, var, e[S_VALUE], e[S_DESC])
+        self.store.stored -= entry_cost(table, var, e[S_VALUE], e[S_DESC])
         self._unlink(ns, table, var, tables, slot, i)
         # The owner is alive: a dropped session's entries are gone with it.
         s = self.sessions[sid]
@@ -615,7 +601,7 @@ class Engine:
         if not group:
             del s.keys[ns, table]
         s.held -= 1
-        self.entry_count -= 1
+        self.store.entry_count -= 1
         return True
 
     def _unlink(
@@ -631,23 +617,23 @@ class Engine:
         drop the containers it leaves empty; a list left with one entry becomes that entry."""
         if type(slot) is tuple:
             if drop_var(tables, table, var):
-                self.table_count -= 1
+                self.store.table_count -= 1
                 if not tables:
-                    del self.namespaces[ns]
+                    del self.store.namespaces[ns]
         elif len(slot) == 2:
             shard_of(tables[table], var)[var] = slot[1 - i]  # the other one, alone again
         else:
             del cast("list[Entry]", slot)[i]
-        if self.track_changes:
-            self._changed.add((ns, table, var))
+        if self.store.track_changes:
+            self.store.changed.add((ns, table, var))
 
-    def _drop_session(self, s: _Session, reason: LostReason | None) -> None:
+    def _drop_session(self, s: SessionRecord, reason: LostReason | None) -> None:
         s.ended = True
         del self.sessions[s.session_id]
         self._sessions_due.discard(s, s.queued)
         lost: list[tuple[str, str, str, int]] = []
         sid = s.session_id
-        namespaces = self.namespaces
+        namespaces = self.store.namespaces
         ttls = self._ttls_due
         freed = s.cost + s.retry_bytes
         for (ns, table), group in s.keys.items():
@@ -669,8 +655,8 @@ class Engine:
                 if e[S_EXPIRES] is not None:
                     ttls.discard((ns, table, var, sid), e[S_EXPIRES])
                 self._unlink(ns, table, var, tables, slot, i)
-        self.entry_count -= s.held
-        self.stored -= freed
+        self.store.entry_count -= s.held
+        self.store.stored -= freed
         s.held = 0
         s.keys.clear()
         s.retry_memory = None  # freed now, not when the session's deadline would have come

@@ -22,23 +22,14 @@ expires_at, fence)`` — GC-untracked when their value is a scalar, 3x cheaper t
 attrs instance (STYLE.md habit 7, measured in benchmarks/engine_micro.py); dispatch is one dict
 lookup on the node's type.
 
-Memory notes (measured by ``benchmarks.engine_micro --prefill``): a table maps each variable to
-its *slot*: the Entry tuple itself when one entry holds it (a lock: by far the common case),
-a list of 2+ entries in order otherwise (readers, ``allow_duplicates``); a list never holds
-fewer than two. ``type(slot) is tuple`` tells the forms apart. The single form saves the list
-object (~96 bytes per held lock) and keeps a million held locks out of the cyclic collector's
-walks (the first collection that sees an Entry of scalars untracks it; a list stays tracked).
-Sessions index what they hold as (namespace, table) -> {var: None} plus a count (``held``): one
-dict slot per entry, the var str shared with the table's key, no per-entry key tuple; a dict of
-strs is never tracked. Together: 437 -> 282 bytes per held lock in the blast-prefill shape
-(521 -> 297 in the server, ``lockbench blast --prefill``), and a full collection with 1M held
-from ~180-230 ms to ~35 ms (the table stays tracked, see ``Vars``; its entries do not).
+A transaction works on a ``Store`` (``_store.py``: the data, its counts and bounds), never on
+the engine, which decides when transactions run and what happens to their results.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, cast
 
 from protocol import (
     DEFAULT_MAX_FRAME,
@@ -67,171 +58,39 @@ from protocol import (
     value_size,
 )
 
-from ._sharded import ShardedDict
+from ._store import (
+    ENTRY_BASE,
+    S_DESC,
+    S_EXPIRES,
+    S_FENCE,
+    S_OWNER,
+    S_SET_AT,
+    S_TX,
+    S_VALUE,
+    SHARD_AT,
+    BigTable,
+    EngineError,
+    Entry,
+    SessionRecord,
+    Slot,
+    Store,
+    Table,
+    Vars,
+    add_var,
+    as_entries,
+    drop_var,
+    entry_cost,
+    find_slot,
+    shard_of,
+    store_full,
+    text_len,
+)
 
-if TYPE_CHECKING:
-    from ._engine import Engine, _Session
-
-__all__ = [
-    "ENTRY_BASE",
-    "REPLY_DATA_LIMIT",
-    "BigTable",
-    "Entry",
-    "EngineError",
-    "Slot",
-    "Table",
-    "TxContext",
-    "Vars",
-    "add_var",
-    "as_entries",
-    "drop_var",
-    "entry_cost",
-    "find_slot",
-    "same_value",
-    "shard_of",
-    "store_full",
-    "text_len",
-]
-
-# (session_id, value, description, tx_id, set_at, expires_at, fence)
-Entry = tuple[str, Any, str | None, str, float, float | None, int]
-# What a table stores per variable: the one entry, or a list of 2+ entries in order.
-Slot = Entry | list[Entry]
-S_OWNER: Final = 0
-S_VALUE: Final = 1
-S_DESC: Final = 2
-S_TX: Final = 3
-S_SET_AT: Final = 4
-S_EXPIRES: Final = 5
-S_FENCE: Final = 6
-
-#: What an entry counts in the server's store budget (``max_store_bytes``) beside its names,
-#: value and description: about what one held lock costs in the server's memory (measured
-#: ~240 bytes per entry with 1,000,000 held: the entry tuple, its table slot, the session's
-#: index slot, the expiry bookkeeping).
-ENTRY_BASE: Final = 256
+__all__ = ["REPLY_DATA_LIMIT", "TxContext", "same_value"]
 
 #: The most bytes of selected data one result may carry: a result frame must stay within the
 #: 1 MiB every client accepts (PROTOCOL.md "Transport"), with room for its other fields.
 REPLY_DATA_LIMIT: Final = DEFAULT_MAX_FRAME - 16 * 1024
-
-
-def entry_cost(table: str, var: str, value: Any, description: str | None) -> int:
-    """What an entry counts in the store budget (documented in docs/configuration.md): the
-    base, its table and variable names, its value's size and its description. (The
-    evaluator's hot paths inline it.)"""
-    cost = ENTRY_BASE + len(table) + len(var)
-    if value is not None:
-        cost += value_size(value)
-    if description is not None:
-        cost += len(description)
-    return cost
-
-
-def text_len(s: str) -> int:
-    """The UTF-8 length of ``s`` (its length when ASCII, the common case, at no cost)."""
-    return len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass"))
-
-
-class Vars(dict[str, Slot]):
-    """A small table's variables (or one shard of a ``BigTable``): var -> slot. A dict
-    subclass for the cyclic collector only (measured with 1M held locks in one table): the
-    collector untracks an exact dict whose values are all untracked (a table of lone
-    entries, after a full collection) and the next insertion re-tracks it into the youngest
-    generation, so the next young collections walk every entry of it again (~17 ms each per
-    1M entries). A subclass instance stays tracked in the oldest generation, where only full
-    collections walk it."""
-
-    __slots__ = ()
-
-
-# A table moves its variables into a ShardedDict of Vars once it holds SHARD_AT of them, so a
-# dict rebuild never copies them all at once (_sharded.py says why: with 1,000,000 held locks
-# in one table an acquire took 41 ms every ~400,000 acquires; the max latency of every
-# pipelined blast run with 1M held was 41-43 ms, now ~5). A small table pays nothing. A module
-# global on purpose: tests shrink it to put the sharded form under the model tests.
-SHARD_AT = 1 << 16
-
-
-class BigTable(ShardedDict[Slot]):
-    """A table of SHARD_AT+ variables over Vars shards (Vars, not dict, for the collector's
-    sake, see there). Stays sharded until it is empty (then the table is dropped)."""
-
-    __slots__ = ()
-
-    def __init__(self, small: Vars) -> None:
-        super().__init__(Vars)
-        shards, mask = self.shards, self.mask
-        for var, slot in small.items():
-            shards[hash(var) & mask][var] = slot
-        self.n = len(small)
-
-
-Table = Vars | BigTable
-
-
-def shard_of(table: Table, var: str) -> Vars:
-    """The dict that holds (or would hold) ``var`` of ``table``."""
-    if type(table) is BigTable:
-        return table.shards[hash(var) & table.mask]  # type: ignore[return-value]
-    return table  # type: ignore[return-value]
-
-
-def find_slot(tables: dict[str, Table] | None, table: str, var: str) -> Slot | None:
-    """The slot of ``table``/``var``, or None."""
-    t = None if tables is None else tables.get(table)
-    if t is None:
-        return None
-    return shard_of(t, var).get(var)
-
-
-def add_var(tables: dict[str, Table], table: str, var: str, slot: Slot) -> bool:
-    """Store ``slot`` under ``var``, absent until now; create the table when missing (then
-    True)."""
-    t = tables.get(table)
-    created = t is None
-    if t is None:
-        tables[table] = t = Vars()
-    t[var] = slot
-    if type(t) is Vars and len(t) >= SHARD_AT:
-        tables[table] = BigTable(t)
-    return created
-
-
-def drop_var(tables: dict[str, Table], table: str, var: str) -> bool:
-    """Remove ``var`` (present) from ``table``; drop the table once empty (then True)."""
-    t = tables[table]
-    del t[var]
-    if t:
-        return False
-    del tables[table]
-    return True
-
-
-def as_entries(slot: Slot) -> list[Entry] | tuple[Entry]:
-    """A slot's entries in order (off the hot path: it builds a 1-tuple for a single entry)."""
-    return (slot,) if type(slot) is tuple else cast("list[Entry]", slot)
-
-
-class EngineError(Exception):
-    """A request the engine refuses as a whole (a limit): nothing was changed.
-
-    ``code`` is the protocol ErrorCode the shell replies with.
-    """
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def store_full(stored: int, limit: int) -> EngineError:
-    """The refusal of a change that would pass the store budget."""
-    return EngineError(
-        ErrorCode.STORE_FULL,
-        f"the server's stored data would pass its budget (max_store_bytes={limit}, "
-        f"{stored} counted now); nothing was changed",
-    )
 
 
 class _Aborted(Exception):
@@ -260,13 +119,13 @@ class TxContext:
     __slots__ = (
         "data",
         "data_bytes",
-        "engine",
         "fence",
         "namespace",
         "now",
         "session",
         "sid",
         "snapshots",
+        "store",
         "stored",
         "tables",
         "ttl_ops",
@@ -275,18 +134,18 @@ class TxContext:
 
     def __init__(
         self,
-        engine: Engine,
-        session: _Session,
+        store: Store,
+        session: SessionRecord,
         namespace: str,
         tx_id: str,
         now: float,
         fence: int,
     ) -> None:
-        self.engine = engine
+        self.store = store
         self.session = session
         self.sid = session.session_id
         self.namespace = namespace
-        self.tables: dict[str, Table] | None = engine.namespaces.get(namespace)
+        self.tables: dict[str, Table] | None = store.namespaces.get(namespace)
         self.tx_id = tx_id
         self.now = now
         self.fence = fence
@@ -317,24 +176,24 @@ class TxContext:
         """Restore every variable this transaction changed (O(changed variables))."""
         if not self.snapshots:
             return
-        engine = self.engine
+        store = self.store
         ns = self.namespace
         session = self.session
         # A change made the namespace exist (SetVar) or found it (DeleteVar); only a commit or
         # a rollback drops it again, so it is still there.
-        tables = engine.namespaces[ns]
+        tables = store.namespaces[ns]
         sid = self.sid
         keys = session.keys
         for (table, var), before in self.snapshots.items():
             now_slot = find_slot(tables, table, var)
             if before is None:
                 if now_slot is not None and drop_var(tables, table, var):
-                    engine.table_count -= 1
+                    store.table_count -= 1
                 had = False
             else:
                 if now_slot is None:
                     if add_var(tables, table, var, before):
-                        engine.table_count += 1
+                        store.table_count += 1
                 else:
                     shard_of(tables[table], var)[var] = before
                 had = any(e[0] == sid for e in as_entries(before))
@@ -345,15 +204,15 @@ class TxContext:
                 if var not in group:
                     group[var] = None
                     session.held += 1
-                    engine.entry_count += 1
+                    store.entry_count += 1
             elif group is not None and var in group:
                 del group[var]
                 if not group:
                     del keys[ns, table]
                 session.held -= 1
-                engine.entry_count -= 1
+                store.entry_count -= 1
         if not tables:
-            del engine.namespaces[ns]
+            del store.namespaces[ns]
 
     # --- helpers ------------------------------------------------------------------------------
 
@@ -371,10 +230,10 @@ class TxContext:
         """The caller's entry ``e`` is replaced by one costing ``cost`` (store budget: only a
         replacement that costs more can be refused)."""
         old = entry_cost(table, var, e[S_VALUE], e[S_DESC])
-        engine = self.engine
-        limit = engine.max_store_bytes
-        if cost > old and engine.stored + self.stored + cost - old > limit:
-            raise store_full(engine.stored, limit)
+        store = self.store
+        limit = store.max_store_bytes
+        if cost > old and store.stored + self.stored + cost - old > limit:
+            raise store_full(store.stored, limit)
         self._removed(table, var, e)
         self.stored += cost
 
@@ -402,7 +261,7 @@ class TxContext:
         return size if desc is None else size + text_len(desc)
 
     def _record(self, e: Entry) -> dict[str, Any]:
-        start = self.engine.started_at
+        start = self.store.started_at
         expires = e[S_EXPIRES]
         return {
             "session": e[S_OWNER],
@@ -481,13 +340,13 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
     if ttl is not None:
         expires: float | None = now + ttl
     elif node.period is not None:
-        expires = ctx.engine.window_end(now, node.period)
+        expires = ctx.store.window_end(now, node.period)
     else:
         expires = None
     value = node.value
     desc = node.description
     entry: Entry = (sid, value, desc, ctx.tx_id, now, expires, ctx.fence)
-    engine = ctx.engine
+    store = ctx.store
     # entry_cost inlined (an ASCII str or no value is the common case)
     cost = ENTRY_BASE + len(table) + len(var)
     if value is not None:
@@ -520,21 +379,21 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
                     return True
     # A new entry for this session.
     session = ctx.session
-    if session.held >= engine.max_entries_per_session:
+    if session.held >= store.max_entries_per_session:
         raise EngineError(
             ErrorCode.TOO_MANY_ENTRIES,
             f"session {sid!r} already holds {session.held} entries, the limit "
-            f"(max_entries_per_session={engine.max_entries_per_session})",
+            f"(max_entries_per_session={store.max_entries_per_session})",
         )
-    if engine.entry_count >= engine.max_entries:
+    if store.entry_count >= store.max_entries:
         raise EngineError(
             ErrorCode.TOO_MANY_ENTRIES,
-            f"the server holds {engine.entry_count} entries, the limit "
-            f"(max_entries={engine.max_entries})",
+            f"the server holds {store.entry_count} entries, the limit "
+            f"(max_entries={store.max_entries})",
         )
     stored = ctx.stored + cost
-    if engine.stored + stored > engine.max_store_bytes:
-        raise store_full(engine.stored, engine.max_store_bytes)
+    if store.stored + stored > store.max_store_bytes:
+        raise store_full(store.stored, store.max_store_bytes)
     ctx.stored = stored
     if expires is not None:
         ctx.ttl_ops.append((expires, table, var, ctx.fence))
@@ -551,9 +410,9 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
                 tables[table] = BigTable(vars_)
         else:
             if tables is None:
-                tables = ctx.tables = engine.namespaces.setdefault(ctx.namespace, {})
+                tables = ctx.tables = store.namespaces.setdefault(ctx.namespace, {})
             if add_var(tables, table, var, entry):
-                engine.table_count += 1
+                store.table_count += 1
     elif type(slot) is tuple:
         if (table, var) not in snapshots:
             snapshots[table, var] = slot
@@ -569,7 +428,7 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
         group = keys[ctx.namespace, table] = {}
     group[var] = None
     session.held += 1
-    engine.entry_count += 1
+    store.entry_count += 1
     return True
 
 
@@ -611,12 +470,12 @@ def _op_deletevar(ctx: TxContext, node: Any) -> bool:
         if t is vars_:
             if not vars_:
                 del tables[table]
-                ctx.engine.table_count -= 1
+                ctx.store.table_count -= 1
         else:
             t.n -= 1  # type: ignore[union-attr]
             if not t.n:  # type: ignore[union-attr]
                 del tables[table]
-                ctx.engine.table_count -= 1
+                ctx.store.table_count -= 1
     else:
         entries = cast("list[Entry]", slot)
         for i, e in enumerate(entries):
@@ -639,7 +498,7 @@ def _op_deletevar(ctx: TxContext, node: Any) -> bool:
     if not group:
         del keys[ctx.namespace, table]
     session.held -= 1
-    ctx.engine.entry_count -= 1
+    ctx.store.entry_count -= 1
     return True
 
 
@@ -662,7 +521,7 @@ def _op_countbelow(ctx: TxContext, node: Any) -> bool:
 
 
 def _op_waiting(ctx: TxContext, node: Any) -> bool:
-    setters = ctx.engine.pending_sets.get((ctx.namespace, node.table, node.var))
+    setters = ctx.store.pending_sets.get((ctx.namespace, node.table, node.var))
     if not setters:
         return False
     sid = ctx.sid

@@ -69,7 +69,7 @@ from protocol import (
 
 from ._deadlines import Deadlines
 from ._engine import Engine
-from ._eval import EngineError, store_full
+from ._store import EngineError, store_full
 
 __all__ = [
     "RUN_WEIGHT",
@@ -378,8 +378,8 @@ class WaitQueue:
         if refusal is not None:
             return refusal
         engine = self.engine
-        if engine.stored + shape.cost > engine.limits.max_store_bytes:
-            return store_full(engine.stored, engine.limits.max_store_bytes)
+        if engine.store.stored + shape.cost > engine.limits.max_store_bytes:
+            return store_full(engine.store.stored, engine.limits.max_store_bytes)
         self._seq += 1
         w = _Waiter(self._seq, owner, principal, token, session, tx, shape, now, now + wait, last)
         w.seen = self._version
@@ -400,7 +400,7 @@ class WaitQueue:
         for key in w.watches:
             self._watched[key] = self._watched.get(key, 0) + 1
         self._deadlines.add(w, (w.deadline, w.seq, w))
-        engine.stored += w.cost
+        engine.store.stored += w.cost
         self._parked_total += 1
         engine.track_changes = True
         return None
@@ -603,7 +603,7 @@ class WaitQueue:
     def _remove(self, w: _Waiter) -> None:
         del self._by_token[w.token]
         self._deadlines.discard(w, w.deadline)
-        self.engine.stored -= w.cost
+        self.engine.store.stored -= w.cost
         ops = w.ops
         by_key = self._ops_by_key
         for key in w.keys:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import lockserver.engine as engine_pkg
 from lockserver.engine import Engine, EngineStatistics
-from lockserver.engine._engine import SESSION_BASE
-from lockserver.engine._eval import ENTRY_BASE
+from lockserver.engine._store import ENTRY_BASE, SESSION_BASE
 from protocol import (
     ELEMENT_SIZE,
     FALSE,

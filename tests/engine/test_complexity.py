@@ -77,7 +77,7 @@ def test_ending_a_session_touches_only_its_own_entries(counted: Counter[str]) ->
     holds one entry unlinks exactly one entry and never walks the namespaces or the table."""
     engine = held_engine()
     run(engine, "small", Assert(SetVar("T", "mine", 1)))
-    engine.namespaces = NoScanDict(engine.namespaces)
+    engine.store.namespaces = NoScanDict(engine.store.namespaces)
     engine.namespaces["Clinical"] = NoScanDict(engine.namespaces["Clinical"])
     engine.namespaces["Clinical"]["T"] = NoScanDict(engine.namespaces["Clinical"]["T"])
     counted.clear()

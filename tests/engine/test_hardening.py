@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from lockserver.engine import EngineError, EngineLimits, WaitLimits, WaitQueue
-from lockserver.engine._engine import RETRY_BYTES, SESSION_BASE
-from lockserver.engine._eval import ENTRY_BASE, REPLY_DATA_LIMIT, entry_cost
+from lockserver.engine._engine import RETRY_BYTES
+from lockserver.engine._eval import REPLY_DATA_LIMIT
+from lockserver.engine._store import ENTRY_BASE, SESSION_BASE, entry_cost
 from lockserver.engine._waiting import RUN_WEIGHT
 from protocol import (
     TRUE,

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from lockserver.engine import Engine, EngineError, EngineLimits
-from lockserver.engine._eval import entry_cost
+from lockserver.engine._store import entry_cost
 from protocol import (
     FALSE,
     TRUE,
@@ -706,9 +706,10 @@ def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> No
     entries come and go."""
     from hypothesis.stateful import run_state_machine_as_test
 
-    from lockserver.engine import _eval, _sharded
+    from lockserver.engine import _eval, _sharded, _store
 
-    monkeypatch.setattr(_eval, "SHARD_AT", 2)
+    monkeypatch.setattr(_eval, "SHARD_AT", 2)  # inlined by the evaluator
+    monkeypatch.setattr(_store, "SHARD_AT", 2)  # used by add_var
     monkeypatch.setattr(_sharded, "SHARDS", 4)  # the sessions get 4 shards too
     seen: list[bool] = []
 
@@ -716,7 +717,7 @@ def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> No
         @invariant()
         def note_big_tables(self) -> None:
             seen.extend(
-                type(t) is _eval.BigTable
+                type(t) is _store.BigTable
                 for tbls in self.engine.namespaces.values()
                 for t in tbls.values()
             )

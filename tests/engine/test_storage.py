@@ -1,4 +1,4 @@
-"""How held entries are stored (lockserver/engine/_eval.py "Memory notes"): a variable held by
+"""How held entries are stored (lockserver/engine/_store.py, its header): a variable held by
 one entry maps to that Entry tuple, by two or more to a list in order, and never to a list of
 fewer than two; sessions index their entries by (namespace, table) with a count. The shape
 changes (1 -> 2 -> 1 -> 0 entries) and every way an entry leaves (DeleteVar, rollback, session
@@ -276,20 +276,20 @@ def test_a_big_table_is_sharded_and_goes_away_when_emptied() -> None:
     """At SHARD_AT variables a table moves into a ShardedDict (so a dict rebuild never copies
     a million entries at once); it reads the same, rolls back the same, and is dropped when
     its last entry leaves, by release or by session end."""
-    from lockserver.engine import _eval
+    from lockserver.engine import _store
 
     engine = make_engine()
-    n = _eval.SHARD_AT
+    n = _store.SHARD_AT
     per_tx = 1000
     for start in range(0, n - 1, per_tx):
         stop = min(start + per_tx, n - 1)
         run(engine, "a", *[Assert(SetVar("T", f"v{i}", i)) for i in range(start, stop)])
-    assert type(engine.namespaces[NS]["T"]) is _eval.Vars  # one short of the threshold
+    assert type(engine.namespaces[NS]["T"]) is _store.Vars  # one short of the threshold
     # The insert that reaches the threshold shards the table; its rollback keeps it sharded
     # and removes the variable again.
     assert not run(engine, "b", Assert(SetVar("T", "last", 0)), Abort()).ok
     table = engine.namespaces[NS]["T"]
-    assert type(table) is _eval.BigTable
+    assert type(table) is _store.BigTable
     assert len(table) == n - 1 and slot(engine, "T", "last") is None
     assert max(len(s) for s in table.shards) < 4 * n // len(table.shards)
     assert run(engine, "b", Assert(SetVar("T", "last", 0))).ok

@@ -1,0 +1,297 @@
+"""The lock data as it is stored: entries, slots, tables, session records, the store's counts.
+
+Why a module of its own: the evaluator (``_eval.py``) changes the data and the engine
+(``_engine.py``) decides when (expiry, fences, retries, limits); both need the layout, neither
+should need the other. ``Store`` holds everything a running transaction touches (the
+namespaces, the counts, the bounds, the parked setters the ``Waiting`` operator looks at, the
+clock origin), so the evaluator gets a store and never the engine.
+
+Layout: namespace -> table -> variable -> *slot*: the one ``Entry`` tuple when one entry holds
+the variable, a list of 2+ entries in order otherwise. ``SessionRecord`` indexes what a session
+holds as (namespace, table) -> {var: None} plus a count, so ending it costs O(its entries).
+
+Memory notes (measured by ``benchmarks.engine_micro --prefill``): a table maps each variable to
+its *slot*: the Entry tuple itself when one entry holds it (a lock: by far the common case),
+a list of 2+ entries in order otherwise (readers, ``allow_duplicates``); a list never holds
+fewer than two. ``type(slot) is tuple`` tells the forms apart. The single form saves the list
+object (~96 bytes per held lock) and keeps a million held locks out of the cyclic collector's
+walks (the first collection that sees an Entry of scalars untracks it; a list stays tracked).
+Sessions index what they hold as (namespace, table) -> {var: None} plus a count (``held``): one
+dict slot per entry, the var str shared with the table's key, no per-entry key tuple; a dict of
+strs is never tracked. Together: 437 -> 282 bytes per held lock in the blast-prefill shape
+(521 -> 297 in the server, ``lockbench blast --prefill``), and a full collection with 1M held
+from ~180-230 ms to ~35 ms (the table stays tracked, see ``Vars``; its entries do not).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from protocol import ErrorCode, SessionSpec, value_size
+
+from ._sharded import ShardedDict
+
+if TYPE_CHECKING:
+    from protocol import Transaction, TransactionResult
+
+__all__ = [
+    "ENTRY_BASE",
+    "S_DESC",
+    "S_EXPIRES",
+    "S_FENCE",
+    "S_OWNER",
+    "S_SET_AT",
+    "S_TX",
+    "S_VALUE",
+    "SESSION_BASE",
+    "SHARD_AT",
+    "BigTable",
+    "EngineError",
+    "Entry",
+    "SessionRecord",
+    "Slot",
+    "Store",
+    "Table",
+    "Vars",
+    "add_var",
+    "as_entries",
+    "drop_var",
+    "entry_cost",
+    "find_slot",
+    "shard_of",
+    "store_full",
+    "text_len",
+]
+
+# (session_id, value, description, tx_id, set_at, expires_at, fence)
+Entry = tuple[str, Any, str | None, str, float, float | None, int]
+# What a table stores per variable: the one entry, or a list of 2+ entries in order.
+Slot = Entry | list[Entry]
+S_OWNER: Final = 0
+S_VALUE: Final = 1
+S_DESC: Final = 2
+S_TX: Final = 3
+S_SET_AT: Final = 4
+S_EXPIRES: Final = 5
+S_FENCE: Final = 6
+
+#: What an entry counts in the server's store budget (``max_store_bytes``) beside its names,
+#: value and description: about what one held lock costs in the server's memory (measured
+#: ~240 bytes per entry with 1,000,000 held: the entry tuple, its table slot, the session's
+#: index slot, the expiry bookkeeping).
+ENTRY_BASE: Final = 256
+
+
+def entry_cost(table: str, var: str, value: Any, description: str | None) -> int:
+    """What an entry counts in the store budget (documented in docs/configuration.md): the
+    base, its table and variable names, its value's size and its description. (The
+    evaluator's hot paths inline it.)"""
+    cost = ENTRY_BASE + len(table) + len(var)
+    if value is not None:
+        cost += value_size(value)
+    if description is not None:
+        cost += len(description)
+    return cost
+
+
+def text_len(s: str) -> int:
+    """The UTF-8 length of ``s`` (its length when ASCII, the common case, at no cost)."""
+    return len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass"))
+
+
+class Vars(dict[str, Slot]):
+    """A small table's variables (or one shard of a ``BigTable``): var -> slot. A dict
+    subclass for the cyclic collector only (measured with 1M held locks in one table): the
+    collector untracks an exact dict whose values are all untracked (a table of lone
+    entries, after a full collection) and the next insertion re-tracks it into the youngest
+    generation, so the next young collections walk every entry of it again (~17 ms each per
+    1M entries). A subclass instance stays tracked in the oldest generation, where only full
+    collections walk it."""
+
+    __slots__ = ()
+
+
+# A table moves its variables into a ShardedDict of Vars once it holds SHARD_AT of them, so a
+# dict rebuild never copies them all at once (_sharded.py says why: with 1,000,000 held locks
+# in one table an acquire took 41 ms every ~400,000 acquires; the max latency of every
+# pipelined blast run with 1M held was 41-43 ms, now ~5). A small table pays nothing. A module
+# global on purpose: tests shrink it to put the sharded form under the model tests.
+SHARD_AT = 1 << 16
+
+
+class BigTable(ShardedDict[Slot]):
+    """A table of SHARD_AT+ variables over Vars shards (Vars, not dict, for the collector's
+    sake, see there). Stays sharded until it is empty (then the table is dropped)."""
+
+    __slots__ = ()
+
+    def __init__(self, small: Vars) -> None:
+        super().__init__(Vars)
+        shards, mask = self.shards, self.mask
+        for var, slot in small.items():
+            shards[hash(var) & mask][var] = slot
+        self.n = len(small)
+
+
+Table = Vars | BigTable
+
+
+def shard_of(table: Table, var: str) -> Vars:
+    """The dict that holds (or would hold) ``var`` of ``table``."""
+    if type(table) is BigTable:
+        return table.shards[hash(var) & table.mask]  # type: ignore[return-value]
+    return table  # type: ignore[return-value]
+
+
+def find_slot(tables: dict[str, Table] | None, table: str, var: str) -> Slot | None:
+    """The slot of ``table``/``var``, or None."""
+    t = None if tables is None else tables.get(table)
+    if t is None:
+        return None
+    return shard_of(t, var).get(var)
+
+
+def add_var(tables: dict[str, Table], table: str, var: str, slot: Slot) -> bool:
+    """Store ``slot`` under ``var``, absent until now; create the table when missing (then
+    True)."""
+    t = tables.get(table)
+    created = t is None
+    if t is None:
+        tables[table] = t = Vars()
+    t[var] = slot
+    if type(t) is Vars and len(t) >= SHARD_AT:
+        tables[table] = BigTable(t)
+    return created
+
+
+def drop_var(tables: dict[str, Table], table: str, var: str) -> bool:
+    """Remove ``var`` (present) from ``table``; drop the table once empty (then True)."""
+    t = tables[table]
+    del t[var]
+    if t:
+        return False
+    del tables[table]
+    return True
+
+
+def as_entries(slot: Slot) -> list[Entry] | tuple[Entry]:
+    """A slot's entries in order (off the hot path: it builds a 1-tuple for a single entry)."""
+    return (slot,) if type(slot) is tuple else cast("list[Entry]", slot)
+
+
+class EngineError(Exception):
+    """A request the engine refuses as a whole (a limit): nothing was changed.
+
+    ``code`` is the protocol ErrorCode the shell replies with.
+    """
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def store_full(stored: int, limit: int) -> EngineError:
+    """The refusal of a change that would pass the store budget."""
+    return EngineError(
+        ErrorCode.STORE_FULL,
+        f"the server's stored data would pass its budget (max_store_bytes={limit}, "
+        f"{stored} counted now); nothing was changed",
+    )
+
+
+#: What a session counts in the store budget beside its id and description (its object, its
+#: index and deadline bookkeeping: measured ~400 bytes per session with 1,000,000 live).
+SESSION_BASE = 512
+
+
+class SessionRecord:
+    """A client session as the store keeps it: its spec, its index of held entries, its
+    deadline bookkeeping and retry memory (engine-internal)."""
+
+    __slots__ = (
+        "cost",
+        "description",
+        "ended",
+        "held",
+        "keys",
+        "last_touch",
+        "max_age",
+        "queued",
+        "retry_bytes",
+        "retry_memory",
+        "session_id",
+        "tag",
+    )
+
+    def __init__(self, spec: SessionSpec, now: float) -> None:
+        self.session_id = spec.session_id
+        self.tag: str | None = None  # the shell's label (its owner's name), see tag_session
+        self.description = spec.description
+        self.max_age = spec.max_age
+        self.last_touch = now
+        self.queued = now + spec.max_age  # the deadline it is queued at (moves lazily)
+        # what it counts in the store budget, its retry memory's data apart
+        self.cost = SESSION_BASE + text_len(spec.session_id) + text_len(spec.description)
+        self.retry_bytes = 0  # data_size of the results in retry_memory
+        self.ended = False
+        # (namespace, table) -> {var: None}: the vars it holds, grouped by table (no empty
+        # group); the var str is the one the table is keyed by (one dict slot per entry)
+        self.keys: dict[tuple[str, str], dict[str, None]] = {}
+        self.held = 0  # how many entries it holds (the size of all groups together)
+        # transaction id -> (the Transaction that ran, its result, the data_size it counts;
+        # -1: remembered without its data); None until first needed
+        self.retry_memory: dict[str, tuple[Transaction, TransactionResult, int]] | None = None
+
+    @property
+    def deadline(self) -> float:
+        """When the session expires unless touched again (engine clock)."""
+        return self.last_touch + self.max_age
+
+
+class Store:
+    """The data every transaction reads and changes, and the counts kept with it.
+
+    ``namespaces``: namespace -> table name -> ``Table``. ``entry_count``, ``table_count`` and
+    ``stored`` (what the store budget counts, ``entry_cost``) are kept incrementally by
+    whoever changes the data. ``max_*``: the bounds a new entry is checked against.
+    ``pending_sets``: (namespace, table, var) -> {session id: parked transactions of that
+    session holding a SetVar on it}, kept by the wait queue, read by ``Waiting``. With
+    ``track_changes`` on, ``note_change`` collects the variables changed (for the waiters).
+    """
+
+    def __init__(
+        self,
+        *,
+        started_at: float,
+        wall_at_start: float,
+        max_entries: int,
+        max_entries_per_session: int,
+        max_store_bytes: int,
+    ) -> None:
+        self.started_at = started_at
+        # Unix time (s) at started_at: period windows (SetVar period=) align on the wall
+        # clock, like the seed's floor(now/period).
+        self.wall_at_start = wall_at_start
+        self.namespaces: dict[str, dict[str, Table]] = {}
+        self.entry_count = 0
+        self.table_count = 0
+        self.stored = 0
+        self.max_entries = max_entries
+        self.max_entries_per_session = max_entries_per_session
+        self.max_store_bytes = max_store_bytes
+        self.pending_sets: dict[tuple[str, str, str], dict[str, int]] = {}
+        self.track_changes = False
+        self.changed: set[tuple[str, str, str]] = set()
+
+    def window_end(self, now: float, period: float) -> float:
+        """Engine time at which the current ``period`` window of the wall clock ends."""
+        wall = self.wall_at_start + (now - self.started_at)
+        end = (math.floor(wall / period) + 1) * period
+        return now + (end - wall)
+
+    def note_change(self, key: tuple[str, str, str]) -> None:
+        """Record a change of ``key`` for waiters (when changes are tracked)."""
+        if self.track_changes:
+            self.changed.add(key)
