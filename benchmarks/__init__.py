@@ -1,1 +1,5 @@
-"""Benchmarks and load generators (run as ``python -m benchmarks.<name>``)."""
+"""Benchmark and soak scripts, run from the repository root as ``python -m benchmarks.<name>``.
+
+Not installed: the wheel ships the harness and the test oracles as the ``lockbench`` package,
+which these scripts import.
+"""

@@ -6,9 +6,9 @@ one server (``python -m lockserver --port 0``), starts ``--processes`` worker pr
 ``--threads`` threads each, every thread with its own session, doing contended blocking
 acquisitions of a few Mutexes, ReadWriteLocks (read or write) and Semaphores (``--permits``)
 with the sync client and recipes, and records each critical section with
-:class:`benchmarks.safety.Recorder` into one JSON-lines file per process. When ``--grants``
+:class:`lockbench.safety.Recorder` into one JSON-lines file per process. When ``--grants``
 grants are done (or ``--seconds`` have passed) the files are loaded and checked by
-:func:`benchmarks.safety.check`; the exit status is 1 on any violation.
+:func:`lockbench.safety.check`; the exit status is 1 on any violation.
 
     python -m benchmarks.safety_soak --grants 1000000 --seconds 600
 """
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.safety import EXCLUSIVE, READ, SLOT, Recorder, check, load
+from lockbench.safety import EXCLUSIVE, READ, SLOT, Recorder, check, load
 
 __all__ = ["main"]
 
@@ -108,8 +108,10 @@ def _process(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks.lockbench._spawn import spawned
-    from benchmarks.lockbench._targets import Backend
+    # The harness's private server spawner: these repository scripts share lockbench's
+    # internals on purpose (psutil, the bench extra, is imported only here).
+    from lockbench._spawn import spawned
+    from lockbench._targets import Backend
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--grants", type=int, default=1_000_000, help="total grants to record")

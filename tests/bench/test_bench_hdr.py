@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.lockbench._hdr import HIGHEST_US, LatencyHistogram
+from lockbench._hdr import HIGHEST_US, LatencyHistogram
 
 
 def filled(values: list[int]) -> LatencyHistogram:

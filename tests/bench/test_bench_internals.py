@@ -8,18 +8,18 @@ from typing import Any
 
 import pytest
 
-from benchmarks.lockbench._blaster import lockserver_ring, resp
-from benchmarks.lockbench._lockserver import (
+from lockbench._blaster import lockserver_ring, resp
+from lockbench._lockserver import (
     LockserverAsyncOps,
     LockserverSyncOps,
     acquire_statements,
     release_statements,
 )
-from benchmarks.lockbench._profile import format_summary, profile_report, summarize
-from benchmarks.lockbench._redis import SCRIPTS, acquire_call, release_call
-from benchmarks.lockbench._runner import split, timeline_from
-from benchmarks.lockbench._sampler import Sample
-from benchmarks.lockbench._workloads import Op, OpKind
+from lockbench._profile import format_summary, profile_report, summarize
+from lockbench._redis import SCRIPTS, acquire_call, release_call
+from lockbench._runner import split, timeline_from
+from lockbench._sampler import Sample
+from lockbench._workloads import Op, OpKind
 from protocol import Connection, Execute, Role
 
 

@@ -9,10 +9,10 @@ from typing import Any
 import attrs
 import pytest
 
-from benchmarks.lockbench import main
-from benchmarks.lockbench._compare import compare, ratio
-from benchmarks.lockbench._hdr import LatencyHistogram
-from benchmarks.lockbench._results import (
+from lockbench import main
+from lockbench._compare import compare, ratio
+from lockbench._hdr import LatencyHistogram
+from lockbench._results import (
     LATENCY_KEYS,
     SCHEMA,
     Result,

@@ -7,8 +7,8 @@ from typing import Any
 
 import attrs
 
-from benchmarks.lockbench._results import ResultDocument, write_document
-from benchmarks.lockbench._sitting import E2E_SHAPES, write_summary
+from lockbench._results import ResultDocument, write_document
+from lockbench._sitting import E2E_SHAPES, write_summary
 
 from .test_bench_results import make_result
 

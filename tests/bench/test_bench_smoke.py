@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.lockbench import main
-from benchmarks.lockbench._blast import BlastConfig, run_blast
-from benchmarks.lockbench._results import read_document
-from benchmarks.lockbench._runner import RunConfig, run
-from benchmarks.lockbench._spawn import ServerProcess, redis_server_path, spawned
-from benchmarks.lockbench._targets import Backend, Target
-from benchmarks.lockbench._workloads import WORKLOADS, WorkloadParams
+from lockbench import main
+from lockbench._blast import BlastConfig, run_blast
+from lockbench._results import read_document
+from lockbench._runner import RunConfig, run
+from lockbench._spawn import ServerProcess, redis_server_path, spawned
+from lockbench._targets import Backend, Target
+from lockbench._workloads import WORKLOADS, WorkloadParams
 
 COUNT = 200
 

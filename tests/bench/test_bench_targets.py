@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.lockbench import main
-from benchmarks.lockbench._blast import BlastConfig, run_blast
-from benchmarks.lockbench._runner import RunConfig, run
-from benchmarks.lockbench._targets import Backend, Target, TargetError, check_loopback, parse_target
+from lockbench import main
+from lockbench._blast import BlastConfig, run_blast
+from lockbench._runner import RunConfig, run
+from lockbench._targets import Backend, Target, TargetError, check_loopback, parse_target
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from benchmarks.lockbench._workloads import (
+from lockbench._workloads import (
     MDS_PATIENTS,
     MULTI_SIZE,
     WORKLOADS,

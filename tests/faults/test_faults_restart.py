@@ -17,8 +17,8 @@ import socket
 import trio
 import trio.testing
 
-from benchmarks.safety import EXCLUSIVE, Recorder
 from client import AsyncMutex, Cause, ConnectionLost, open_lock_client
+from lockbench.safety import EXCLUSIVE, Recorder
 from lockserver import ServerConfig, serve
 
 NS = "restart"

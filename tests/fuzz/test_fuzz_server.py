@@ -6,8 +6,9 @@ truncated, trailing, empty, oversized or random frames), the server answers each
 right error code in order (or a normal reply where the mutation happens to be valid), closes
 the connection exactly after a closing code, never counts an internal error, keeps serving a
 well-behaved client on another connection with correct answers, and keeps no entries and no
-more sessions than valid requests created. The generator is shared with the long run,
-``benchmarks/fuzz_server.py``; here Hypothesis controls its Random (so failures shrink).
+more sessions than valid requests created. The generator (``lockbench.fuzz``) is shared with
+the long run, ``benchmarks/fuzz_server.py``; here Hypothesis controls its Random (so failures
+shrink).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from benchmarks.fuzz_server import Case, Conversation, check_replies, frame, make_case
 from client import Assert, DeleteVar, LockClient, SetVar
+from lockbench.fuzz import Case, Conversation, check_replies, frame, make_case
 
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
 

@@ -1,5 +1,5 @@
 """Concurrency: 16 tasks over 4 connections hammer a few locks with blocking acquires for a
-bounded time; the safety checker (benchmarks/safety.py) records every critical section with
+bounded time; the safety checker (lockbench.safety) records every critical section with
 its fence and proves that no two exclusive holders overlapped, readers never overlapped a
 writer, the semaphore never exceeded its permits, fences strictly increased per lock, and
 every client got in. The sync face gets the same treatment with 16 threads."""
@@ -15,7 +15,6 @@ from contextlib import AsyncExitStack
 import trio
 from recipes_support import NS, ThreadedServer
 
-from benchmarks.safety import Recorder, Report
 from client import (
     AsyncLockClient,
     AsyncMultiLock,
@@ -28,6 +27,7 @@ from client import (
     open_lock_client,
 )
 from client.recipes import AsyncLock
+from lockbench.safety import Recorder, Report
 from lockserver import RunningServer
 
 CONNECTIONS = 4

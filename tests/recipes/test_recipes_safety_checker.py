@@ -1,4 +1,4 @@
-"""The safety checker (benchmarks/safety.py): every rule on hand-made histories, recording
+"""The safety checker (lockbench.safety): every rule on hand-made histories, recording
 from threads and to per-process files, the command line, and a deliberately broken lock (a
 client-side check-then-set in two round trips) that it must catch against a real server."""
 
@@ -14,7 +14,6 @@ import pytest
 import trio
 from recipes_support import NS
 
-from benchmarks.safety import Interval, Recorder, check, load, main
 from client import (
     AnywayContinueAfter,
     Assert,
@@ -25,6 +24,7 @@ from client import (
     SetVar,
     open_lock_client,
 )
+from lockbench.safety import Interval, Recorder, check, load, main
 from lockserver import RunningServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -171,7 +171,7 @@ def test_load_names_a_bad_line(tmp_path: Path) -> None:
 
 
 def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``python -m benchmarks.safety FILE...`` prints the summary; exit 1 on a violation."""
+    """``python -m lockbench.safety FILE...`` prints the summary; exit 1 on a violation."""
     good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
     with Recorder(good) as rec:
         rec.record("a", "w", 0, 1, 1, "x")
@@ -183,7 +183,7 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main([str(good), str(bad)]) == 1
     assert "exclusive-overlap" in capsys.readouterr().out
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.safety", str(good)],
+        [sys.executable, "-m", "lockbench.safety", str(good)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""``python -m benchmarks.lockbench``."""
+"""``python -m lockbench``."""
 
 import sys
 

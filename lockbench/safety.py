@@ -26,7 +26,7 @@ also appends one JSON line per interval to that file (use one file per process, 
 CLOCK_MONOTONIC, shared by every process of the machine; pass ``clock=`` to use another (the
 same for every recorder whose intervals are compared).
 
-Command line: ``python -m benchmarks.safety FILE.jsonl ...`` prints the report and exits 1
+Command line: ``python -m lockbench.safety FILE.jsonl ...`` prints the report and exits 1
 when there is a violation.
 """
 
@@ -454,8 +454,8 @@ def check(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m benchmarks.safety FILE...``: check recordings; exit 1 on a violation."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.safety", description=__doc__)
+    """``python -m lockbench.safety FILE...``: check recordings; exit 1 on a violation."""
+    parser = argparse.ArgumentParser(prog="python -m lockbench.safety", description=__doc__)
     parser.add_argument("files", nargs="+", help="JSON-lines recordings (one per process)")
     args = parser.parse_args(argv)
     report = check(load(args.files))

@@ -45,7 +45,9 @@ __all__ = [
     "spawned",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The directory holding this package and, beside it, ``lockserver`` (the repository, or
+#: site-packages): put first on a spawned server's PYTHONPATH so it runs the same code.
+PACKAGES_ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 20.0
 STOP_GRACE = 5.0
 _LISTENING = re.compile(r"lockserver listening on (\S+):(\d+)")
@@ -121,7 +123,7 @@ def spawned(backend: Backend, *, host: str = "127.0.0.1") -> Iterator[ServerProc
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
+    env["PYTHONPATH"] = str(PACKAGES_ROOT) + (os.pathsep + path if path else "")
     return env
 
 
