@@ -63,6 +63,11 @@ class AsyncSession(SessionState):
         self._failures = FailureLog(f"keepalive of session {self.id}")
         self.keepalive_error: LockClientError | None = None  # the last keepalive failure
 
+    @property
+    def client(self) -> AsyncLockClient:
+        """The client this session runs on (its ``welcome`` limits, its events)."""
+        return self._client
+
     async def execute(
         self,
         namespace: str,

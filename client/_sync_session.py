@@ -71,6 +71,11 @@ class Session(SessionState):
         self._failures = FailureLog(f"keepalive of session {self.id}")
         self.keepalive_error: LockClientError | None = None  # the last keepalive failure
 
+    @property
+    def client(self) -> LockClient:
+        """The client this session runs on (its ``welcome`` limits, its events)."""
+        return self._client
+
     def execute(
         self,
         namespace: str,

@@ -111,7 +111,7 @@ class AsyncLock(LockCore[AsyncSession]):
                     plan.statements,
                     min_uptime=self.min_uptime,
                     min_trust=self.min_trust,
-                    wait=plan.wait(sent_at, max_wait_of(session._client.welcome.limits)),
+                    wait=plan.wait(sent_at, max_wait_of(session.client.welcome.limits)),
                 )
                 done = self._attempt_done(plan, result, sent_at, trio.current_time())
                 if done is not None:

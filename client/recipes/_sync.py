@@ -92,7 +92,7 @@ class SyncLock(LockCore[Session]):
                     plan.statements,
                     min_uptime=self.min_uptime,
                     min_trust=self.min_trust,
-                    wait=plan.wait(sent_at, max_wait_of(session._client.welcome.limits)),
+                    wait=plan.wait(sent_at, max_wait_of(session.client.welcome.limits)),
                 )
                 done = self._attempt_done(plan, result, sent_at, monotonic())
                 if done is not None:
@@ -125,7 +125,7 @@ class SyncLock(LockCore[Session]):
         """Raise LockLostError if the current grant has been lost. Reads the events that have
         arrived on the connection first (when no other thread is reading it)."""
         with contextlib.suppress(LockClientError):  # closed or broken: the next call tells
-            self._session._client.process_events(0.0)
+            self._session.client.process_events(0.0)
         self._check()
 
     def refresh(self) -> None:
