@@ -6,10 +6,10 @@ desynchronise the connection or receive someone else's reply.
 
 Sessions (:class:`AsyncSession`, its execute/end, ``wait_lost`` and its keepalive task) are in
 ``_async_session.py``: they change with the session API, this module with the connection
-machinery. The client creates them and stops their keepalive on shutdown; a session sends
-through ``AsyncLockClient._request`` / ``_request_batch`` and starts its keepalive in the
-client's nursery, the same calls as when both were one module. This module imports that one;
-that one names ``AsyncLockClient`` only for type checking.
+machinery. The client creates them and stops their keepalive on shutdown. A session sees its
+client only as a :class:`~client._port.AsyncSessionPort`, which :class:`AsyncLockClient`
+implements (``core``, ``check_open``, ``request``, ``request_batch``, ``start_soon``, and the
+public calls); this module imports the session module, never the other way round.
 
 Theory of operation:
 - A *reader task* (in the client's own nursery) reads the socket, feeds the core's
@@ -49,7 +49,7 @@ import logging
 import math
 import socket
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -186,6 +186,12 @@ class AsyncLockClient:
         """True once the ``open_lock_client`` block has exited."""
         return self._closed
 
+    @property
+    def core(self) -> ClientCore:
+        """The socket-free core (request ids, open sessions, counters). Session port: what
+        an :class:`AsyncSession` builds its frames with; not for applications."""
+        return self._core
+
     def session(
         self,
         max_age: float = 60.0,
@@ -198,24 +204,24 @@ class AsyncLockClient:
         ``async with``: the session is ended on exit, also on an exception or cancellation.
         While open and used, a keepalive task pings it every ``max_age / 3`` seconds of
         idleness (unless ``keepalive=False``)."""
-        self._check_open()
+        self.check_open()
         return AsyncSession(self, session_id, max_age, description, keepalive)
 
     async def ping(self) -> Pong:
         """Liveness check: the server's ``uptime`` and ``trust``. Touches no session."""
         rid, data = self._core.ping()
-        return await self._request(PING, rid, data)  # type: ignore[no-any-return]
+        return await self.request(PING, rid, data)  # type: ignore[no-any-return]
 
     async def statistics(self) -> dict[str, Any]:
         """The server's statistics (a nested map; PROTOCOL.md lists the keys)."""
         rid, data = self._core.get_statistics()
-        return await self._request(STATS, rid, data)  # type: ignore[no-any-return]
+        return await self.request(STATS, rid, data)  # type: ignore[no-any-return]
 
     async def end_session(self, session_id: str) -> bool:
         """End any session by id (all its entries go at once); False when it did not exist.
         Prefer ``session.end()`` for your own sessions."""
         rid, data = self._core.end_session(session_id)
-        return await self._request(END, rid, data)  # type: ignore[no-any-return]
+        return await self.request(END, rid, data)  # type: ignore[no-any-return]
 
     def local_statistics(self) -> ClientStatistics:
         """Client-side counters: requests, drops, retries, reconnects, events."""
@@ -226,17 +232,26 @@ class AsyncLockClient:
         state = "closed" if self._closed else "open"
         return f"<AsyncLockClient {self.host}:{self.port} {state}>"
 
-    # --- requests ---------------------------------------------------------------------------------
+    # --- the session port (client._port.AsyncSessionPort): how an AsyncSession sends and runs
+    # its keepalive; not for applications
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Session port: raise ClientClosed once the client is closed."""
         if self._closed:
             raise ClientClosed("the client is closed")
 
-    async def _request(
-        self, kind: int, rid: int, data: bytes, cancel_on_abort: bool = False
-    ) -> Any:
-        """Send one request and wait for its reply; reconnect first when needed, re-send
-        idempotent requests once when the connection drops under them."""
+    def start_soon(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
+        """Session port: run ``fn(*args)`` as a task of the client's own nursery (cancelled
+        when the client closes); it must not raise."""
+        self._nursery.start_soon(fn, *args)
+
+    async def request(self, kind: int, rid: int, data: bytes, cancel_on_abort: bool = False) -> Any:
+        """Session port: send the framed request ``data`` (request id ``rid``, a
+        ``client._wire`` kind) and wait for its reply; reconnect first when needed
+        (ServerUnavailable "not sent" when it cannot), re-send an idempotent kind once when
+        the connection drops under it. Cancelling the caller drops the late reply by id
+        and, with ``cancel_on_abort`` (a waiting Execute), tells the server to stop
+        waiting."""
         await trio.lowlevel.checkpoint_if_cancelled()
         retried = False
         while True:
@@ -280,10 +295,10 @@ class AsyncLockClient:
 
         return await trio.lowlevel.wait_task_rescheduled(abort)
 
-    async def _request_batch(self, rids: list[int], data: bytes) -> list[Any]:
-        """Send a batch's frames in one write and wait once for all its calls; the outcomes
-        (Result or the call's exception) in call order. Reconnects first when needed; never
-        re-sends (its calls are Executes)."""
+    async def request_batch(self, rids: list[int], data: bytes) -> list[Any]:
+        """Session port: send a batch's frames in one write and wait once for all its
+        calls; the outcomes (Result or the call's exception) in call order. Reconnects first
+        when needed; never re-sends (its calls are Executes)."""
         await trio.lowlevel.checkpoint_if_cancelled()
         conn = self._conn
         while conn is None or conn.broken is not None:
@@ -415,7 +430,7 @@ class AsyncLockClient:
 
     async def _reconnect(self) -> _Connection:
         async with self._connect_lock:
-            self._check_open()
+            self.check_open()
             conn = self._conn
             if conn is not None and conn.broken is None:
                 return conn
@@ -500,8 +515,7 @@ class AsyncLockClient:
             return
         self._closed = True
         for state in self._core.open_sessions():
-            if isinstance(state, AsyncSession):
-                state._stop_keepalive()
+            state._stop_keepalive()
         if self._conn is not None:
             self._break(self._conn, "the client was closed")
         self._nursery.cancel_scope.cancel()

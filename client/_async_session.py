@@ -2,12 +2,11 @@
 :class:`~client._core.SessionState` (execute, execute_many, end, ``wait_lost``, ``async
 with``) and its keepalive task.
 
-Split from ``_async.py`` (the client, its connection, its reader and writer tasks): a session
-changes with the session API, the client with the connection machinery. A session holds its
-client and sends through ``AsyncLockClient._request`` / ``_request_batch``, the same calls as
-when both were one module (the execute path gains no layer). ``_async.py`` imports this
-module; this one names ``AsyncLockClient`` only for type checking, so there is no import
-cycle.
+A session talks to its client only through the :class:`~client._port.AsyncSessionPort` (the
+client's ``request`` / ``request_batch``, and ``start_soon`` for the keepalive task in the
+client's own task group); it never imports the client module, which creates sessions. The
+bookkeeping both faces share (reply deadlines, what a batch's outcomes mean, keepalive
+failures, ending) is ``SessionState``'s; this module adds the awaitable calls and the task.
 
 Theory of operation:
 - Keepalive: one task per used session in the client's nursery, pinging every max_age/3 of
@@ -23,19 +22,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 import trio
 
 from protocol import LockLost, Statement
 
-from ._core import BatchCall, FailureLog, SessionState
+from ._core import BatchCall, SessionState
 from ._errors import ClientClosed, LockClientError
+from ._port import AsyncSessionPort
 from ._result import Result
 from ._wire import END, EXECUTE, KEEPALIVE, batch_results
-
-if TYPE_CHECKING:
-    from ._async import AsyncLockClient
 
 __all__ = ["AsyncSession"]
 
@@ -49,23 +45,22 @@ class AsyncSession(SessionState):
 
     def __init__(
         self,
-        client: AsyncLockClient,
+        client: AsyncSessionPort,
         session_id: str | None,
         max_age: float,
         description: str,
         keepalive: bool,
     ) -> None:
-        super().__init__(client._core, session_id, max_age, description, keepalive)
+        super().__init__(client.core, session_id, max_age, description, keepalive)
         self._client = client
         self._last_activity = trio.current_time()
         self._keepalive_scope: trio.CancelScope | None = None
         self._lost_event = trio.Event()
-        self._failures = FailureLog(f"keepalive of session {self.id}")
-        self.keepalive_error: LockClientError | None = None  # the last keepalive failure
 
     @property
-    def client(self) -> AsyncLockClient:
-        """The client this session runs on (its ``welcome`` limits, its events)."""
+    def client(self) -> AsyncSessionPort:
+        """The :class:`~client.AsyncLockClient` this session runs on (its ``welcome``
+        limits, its events), typed as the session's port."""
         return self._client
 
     async def execute(
@@ -91,13 +86,12 @@ class AsyncSession(SessionState):
             namespace, statements, min_uptime, min_trust, description, transaction_id, wait
         )
         sent_at = self._last_activity = trio.current_time()
-        result: Result = await self._client._request(EXECUTE, rid, data, bool(wait))
+        result: Result = await self._client.request(EXECUTE, rid, data, bool(wait))
         raw = result.raw  # SessionState._note_reply, inlined (the hot path)
         if raw.valid_until is not None:
             self._valid_deadline = sent_at + (raw.valid_until - raw.uptime)
         if self._keepalive_scope is None and self._keepalive and not self._ended:
-            self._keepalive_scope = trio.CancelScope()
-            self._client._nursery.start_soon(self._keepalive_loop, self._keepalive_scope)
+            self._start_keepalive()
         return result
 
     async def execute_many(
@@ -120,36 +114,25 @@ class AsyncSession(SessionState):
         """
         rids, data = self._build_batch(calls, min_uptime, min_trust)
         if not rids:
-            self._client._check_open()
+            self._client.check_open()
             await trio.lowlevel.checkpoint()
             return []
         sent_at = self._last_activity = trio.current_time()
-        outcomes = await self._client._request_batch(rids, data)
-        for outcome in reversed(outcomes):  # the last call answered carries the latest bound
-            if type(outcome) is Result and outcome.valid_until is not None:
-                self._note_reply(sent_at, outcome)
-                break
-        if (
-            self._keepalive_scope is None
-            and self._keepalive
-            and not self._ended
-            and any(type(o) is Result for o in outcomes)
-        ):
-            self._keepalive_scope = trio.CancelScope()
-            self._client._nursery.start_soon(self._keepalive_loop, self._keepalive_scope)
+        outcomes = await self._client.request_batch(rids, data)
+        if self._batch_done(sent_at, outcomes) and self._keepalive_scope is None:
+            self._start_keepalive()
         return batch_results(outcomes)
 
     async def end(self) -> bool:
         """End the session now: the server removes all its entries at once. True when the
         server still had it. Ending twice returns False without a call. If the connection
         drops with the request in flight it is re-sent once, and may then answer False."""
-        if self._ended:
+        built = self._start_end()
+        if built is None:
             await trio.lowlevel.checkpoint()
             return False
-        self._stop_keepalive()
-        rid, data = self._build_end()
         try:
-            existed: bool = await self._client._request(END, rid, data)
+            existed: bool = await self._client.request(END, *built)
         finally:
             self._mark_ended()
         return existed
@@ -180,15 +163,15 @@ class AsyncSession(SessionState):
             except LockClientError:
                 log.warning("ending session %s failed", self.id, exc_info=True)
 
-    def __repr__(self) -> str:
-        state = "ended" if self._ended else "open"
-        return f"<AsyncSession {self.id} max_age={self.max_age} {state}>"
-
     def _deliver(self, event: LockLost) -> None:
         super()._deliver(event)
         self._lost_event.set()
 
     # --- keepalive --------------------------------------------------------------------------------
+
+    def _start_keepalive(self) -> None:
+        self._keepalive_scope = trio.CancelScope()
+        self._client.start_soon(self._keepalive_loop, self._keepalive_scope)
 
     def _stop_keepalive(self) -> None:
         if self._keepalive_scope is not None:
@@ -212,13 +195,9 @@ class AsyncSession(SessionState):
                 sent_at = self._last_activity = trio.current_time()
                 try:
                     with trio.move_on_after(interval):
-                        result = await client._request(KEEPALIVE, built[0], built[1])
-                        self._note_reply(sent_at, result)
-                        self._failures.succeeded()
+                        result = await client.request(KEEPALIVE, *built)
+                        self._keepalive_done(sent_at, result)
                 except ClientClosed:
                     return
                 except LockClientError as exc:
-                    self.keepalive_error = exc
-                    self._failures.failed(exc, trio.current_time())
-                    # Try again soon rather than after a whole interval.
-                    self._last_activity = trio.current_time() - interval + min(interval, 1.0)
+                    self._keepalive_failed(exc, trio.current_time(), interval)

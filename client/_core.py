@@ -136,6 +136,11 @@ class SessionState:
         # None before any such reply, and once the session is known to be gone.
         self._valid_deadline: float | None = None
         self._ended = False
+        # Keepalive bookkeeping, on the face's clock (the face sets ``_last_activity`` to its
+        # ``now`` when it creates the session and whenever it sends).
+        self._last_activity = 0.0
+        self._failures = FailureLog(f"keepalive of session {session_id}")
+        self.keepalive_error: LockClientError | None = None  # the last keepalive failure
         core.register_session(self)
 
     @property
@@ -205,6 +210,44 @@ class SessionState:
         until = raw.valid_until
         if until is not None:
             self._valid_deadline = sent_at + (until - raw.uptime)
+
+    def _batch_done(self, sent_at: float, outcomes: list[Any]) -> bool:
+        """Digest the outcomes of a batch sent at ``sent_at``: the last call answered carries
+        the latest ``valid_until``. True when the batch used the session (some call got a
+        Result) and its keepalive should run."""
+        for outcome in reversed(outcomes):
+            if type(outcome) is Result and outcome.valid_until is not None:
+                self._note_reply(sent_at, outcome)
+                break
+        return self._keepalive and not self._ended and any(type(o) is Result for o in outcomes)
+
+    def _keepalive_done(self, sent_at: float, result: Result) -> None:
+        """A keepalive sent at ``sent_at`` was answered."""
+        self._note_reply(sent_at, result)
+        self._failures.succeeded()
+
+    def _keepalive_failed(self, error: LockClientError, now: float, interval: float) -> None:
+        """A keepalive failed at ``now``: remember and log it (rate-limited), and make the
+        next one due in a second rather than after a whole ``interval``."""
+        self.keepalive_error = error
+        self._failures.failed(error, now)
+        self._last_activity = now - interval + min(interval, 1.0)
+
+    def _start_end(self) -> tuple[int, bytes] | None:
+        """The EndSession request of ``end()``, after stopping the keepalive; None when the
+        session has ended already (``end()`` then answers False without a call). The face
+        sends it and calls ``_mark_ended`` whatever happens."""
+        if self._ended:
+            return None
+        self._stop_keepalive()
+        return self._build_end()
+
+    def _stop_keepalive(self) -> None:
+        """Stop the face's keepalive (the faces override this)."""
+
+    def __repr__(self) -> str:
+        state = "ended" if self._ended else "open"
+        return f"<{type(self).__name__} {self.id} max_age={self.max_age} {state}>"
 
     def _deliver(self, event: LockLost) -> None:
         if event.reason is not LostReason.TTL:

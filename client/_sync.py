@@ -9,9 +9,10 @@ thread that is: send, recv, decode, return. Prior art: the leader/follower patte
 
 Sessions (:class:`Session`, its execute/end and its keepalive thread) are in
 ``_sync_session.py``: they change with the session API, this module with the connection
-machinery. The client creates them and stops their keepalive on close; a session sends
-through ``LockClient._request`` / ``_request_batch``, the same calls as when both were one
-module. This module imports that one; that one names ``LockClient`` only for type checking.
+machinery. The client creates them and stops their keepalive on close. A session sees its
+client only as a :class:`~client._port.SessionPort`, which :class:`LockClient` implements
+(``core``, ``check_open``, ``request``, ``request_batch``, ``send_unanswered``, and the public
+calls); this module imports the session module, never the other way round.
 
 Rules kept:
 - A request is registered in the wire's table (under the condition's lock) *before* its bytes
@@ -175,6 +176,12 @@ class LockClient:
         """True after :meth:`close`."""
         return self._closed
 
+    @property
+    def core(self) -> ClientCore:
+        """The socket-free core (request ids, open sessions, counters). Session port: what
+        a :class:`Session` builds its frames with; not for applications."""
+        return self._core
+
     def session(
         self,
         max_age: float = 60.0,
@@ -187,24 +194,24 @@ class LockClient:
         manager: the session is ended on exit, also on an exception. While it is open and has
         been used, a keepalive thread pings it every ``max_age / 3`` seconds of idleness (unless
         ``keepalive=False``), so a slow critical section does not lose its locks."""
-        self._check_open()
+        self.check_open()
         return Session(self, session_id, max_age, description, keepalive)
 
     def ping(self) -> Pong:
         """Liveness check: the server's ``uptime`` and ``trust``. Touches no session."""
         rid, data = self._core.ping()
-        return self._request(PING, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self.request(PING, rid, data, self.timeout)  # type: ignore[no-any-return]
 
     def statistics(self) -> dict[str, Any]:
         """The server's statistics (a nested map; PROTOCOL.md lists the keys)."""
         rid, data = self._core.get_statistics()
-        return self._request(STATS, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self.request(STATS, rid, data, self.timeout)  # type: ignore[no-any-return]
 
     def end_session(self, session_id: str) -> bool:
         """End any session by id (all its entries go at once); False when it did not exist.
         Prefer ``session.end()`` for your own sessions."""
         rid, data = self._core.end_session(session_id)
-        return self._request(END, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self.request(END, rid, data, self.timeout)  # type: ignore[no-any-return]
 
     def local_statistics(self) -> ClientStatistics:
         """Client-side counters: requests, drops, retries, reconnects, events."""
@@ -219,7 +226,7 @@ class LockClient:
         dispatched whenever some thread reads (any call, or a session's keepalive)."""
         if timeout < 0:
             raise ValueError(f"timeout must be >= 0, got {timeout!r}")
-        self._check_open()
+        self.check_open()
         conn = self._conn
         if conn is None or conn.broken is not None:
             return
@@ -243,8 +250,7 @@ class LockClient:
             self._closed = True
             conn = self._conn
         for state in self._core.open_sessions():
-            if isinstance(state, Session):
-                state._stop_keepalive()
+            state._stop_keepalive()
         if conn is not None:
             self._break(conn, "the client was closed")
 
@@ -263,14 +269,19 @@ class LockClient:
         state = "closed" if self._closed else "open"
         return f"<LockClient {self.host}:{self.port} {state}>"
 
-    # --- requests ---------------------------------------------------------------------------------
+    # --- the session port (client._port.SessionPort): how a Session sends; not for applications
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Session port: raise ClientClosed once the client is closed."""
         if self._closed:
             raise ClientClosed("the client is closed")
 
-    def _request(self, kind: int, rid: int, data: bytes, timeout: float) -> Any:
-        """Send one request and wait for its reply (reading the socket if no one else is)."""
+    def request(self, kind: int, rid: int, data: bytes, timeout: float) -> Any:
+        """Session port: send the framed request ``data`` (request id ``rid``, a
+        ``client._wire`` kind) and wait at most ``timeout`` seconds for its reply, reading
+        the socket if no other thread is. Reconnects first when needed (ServerUnavailable
+        "not sent" when it cannot); an idempotent kind is re-sent once after a drop; raises
+        ServerError, ConnectionLost, ClientTimeout, ClientClosed."""
         deadline = monotonic() + timeout
         retried = False
         while True:
@@ -295,10 +306,11 @@ class LockClient:
             retried = True
             self._core.retries += 1
 
-    def _request_batch(self, rids: list[int], data: bytes, timeout: float) -> list[Any]:
-        """Send a batch's frames in one ``sendall`` and wait for all its calls; the outcomes
-        (Result or the call's exception) in call order. Never re-sent once it may have gone
-        out (its calls are Executes); the batch waits under its first request id."""
+    def request_batch(self, rids: list[int], data: bytes, timeout: float) -> list[Any]:
+        """Session port: send a batch's frames in one ``sendall`` and wait for all its
+        calls; the outcomes (Result or the call's exception) in call order. Never re-sent
+        once it may have gone out (its calls are Executes); the batch waits under its first
+        request id."""
         deadline = monotonic() + timeout
         while True:
             batch = Batch(rids, rids[0])
@@ -478,9 +490,9 @@ class LockClient:
         if close_now:
             self._close_socket(conn)
 
-    def _send_quietly(self, data: bytes) -> None:
-        """Send an unregistered request (its reply is dropped) if connected; errors ignored
-        (the next call notices a broken connection)."""
+    def send_unanswered(self, data: bytes) -> None:
+        """Session port: send an unregistered request (its reply is dropped) if connected;
+        errors ignored (the next call notices a broken connection)."""
         conn = self._conn
         if conn is None:
             return
@@ -493,7 +505,7 @@ class LockClient:
 
     def _reconnect(self) -> _Connection:
         with self._connect_lock:
-            self._check_open()
+            self.check_open()
             conn = self._conn
             if conn is not None and conn.broken is None:
                 return conn

@@ -2,11 +2,11 @@
 :class:`~client._core.SessionState` (execute, execute_many, end, the context manager) and its
 keepalive thread.
 
-Split from ``_sync.py`` (the client and its connection): a session changes with the session
-API, the client with the connection machinery. A session holds its client and sends through
-``LockClient._request`` / ``_request_batch``, the same calls as when both were one module (the
-execute path gains no layer). ``_sync.py`` imports this module; this one names ``LockClient``
-only for type checking, so there is no import cycle.
+A session talks to its client only through the :class:`~client._port.SessionPort` (the
+client's ``request`` / ``request_batch`` / ``send_unanswered``, the same calls and no more
+layers on the execute path); it never imports the client module, which creates sessions.
+The bookkeeping both faces share (reply deadlines, what a batch's outcomes mean, keepalive
+failures, ending) is ``SessionState``'s; this module adds the blocking calls and the thread.
 
 Rules kept:
 - Session keepalive: one daemon thread per open, used session, pinging every max_age/3 of
@@ -28,17 +28,15 @@ import weakref
 from collections.abc import Iterable
 from time import monotonic
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from protocol import Statement
 
-from ._core import BatchCall, FailureLog, SessionState
+from ._core import BatchCall, SessionState
 from ._errors import ClientClosed, ClientTimeout, ConnectionLost, LockClientError
+from ._port import SessionPort
 from ._result import Result
 from ._wire import END, EXECUTE, KEEPALIVE, batch_results
-
-if TYPE_CHECKING:
-    from ._sync import LockClient
 
 __all__ = ["BATCH_CHUNK", "Session"]
 
@@ -57,23 +55,22 @@ class Session(SessionState):
 
     def __init__(
         self,
-        client: LockClient,
+        client: SessionPort,
         session_id: str | None,
         max_age: float,
         description: str,
         keepalive: bool,
     ) -> None:
-        super().__init__(client._core, session_id, max_age, description, keepalive)
+        super().__init__(client.core, session_id, max_age, description, keepalive)
         self._client = client
         self._last_activity = monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._failures = FailureLog(f"keepalive of session {self.id}")
-        self.keepalive_error: LockClientError | None = None  # the last keepalive failure
 
     @property
-    def client(self) -> LockClient:
-        """The client this session runs on (its ``welcome`` limits, its events)."""
+    def client(self) -> SessionPort:
+        """The :class:`~client.LockClient` this session runs on (its ``welcome`` limits, its
+        events), typed as the session's port."""
         return self._client
 
     def execute(
@@ -102,10 +99,10 @@ class Session(SessionState):
         timeout = client.timeout if wait is None else client.timeout + wait
         sent_at = self._last_activity = monotonic()
         try:
-            result: Result = client._request(EXECUTE, rid, data, timeout)
+            result: Result = client.request(EXECUTE, rid, data, timeout)
         except ClientTimeout:
             if wait:
-                client._send_quietly(client._core.cancel(rid)[1])  # the server stops waiting
+                client.send_unanswered(client.core.cancel(rid)[1])  # the server stops waiting
             raise
         raw = result.raw  # SessionState._note_reply, inlined (the hot path)
         if raw.valid_until is not None:
@@ -137,23 +134,14 @@ class Session(SessionState):
         rids, frames = self._build_batch_frames(calls, min_uptime, min_trust)
         client = self._client
         if not rids:
-            client._check_open()
+            client.check_open()
             return []
         sent_at = self._last_activity = monotonic()
         if len(rids) <= BATCH_CHUNK:
-            outcomes = client._request_batch(rids, b"".join(frames), client.timeout)
+            outcomes = client.request_batch(rids, b"".join(frames), client.timeout)
         else:
             outcomes = self._request_chunks(rids, frames)
-        for outcome in reversed(outcomes):  # the last call answered carries the latest bound
-            if type(outcome) is Result and outcome.valid_until is not None:
-                self._note_reply(sent_at, outcome)
-                break
-        if (
-            self._thread is None
-            and self._keepalive
-            and not self._ended
-            and any(type(o) is Result for o in outcomes)
-        ):
+        if self._batch_done(sent_at, outcomes) and self._thread is None:
             self._start_keepalive()
         return batch_results(outcomes)
 
@@ -170,7 +158,7 @@ class Session(SessionState):
                 left = deadline - monotonic()
                 if left <= 0:
                     raise ClientTimeout(f"the client's timeout ({client.timeout:g} s) ran out")
-                part = client._request_batch(rids[start:end], b"".join(frames[start:end]), left)
+                part = client.request_batch(rids[start:end], b"".join(frames[start:end]), left)
             except ClientTimeout as exc:
                 raise ClientTimeout(
                     f"batch of {len(rids)} calls (sent {BATCH_CHUNK} at a time): calls "
@@ -193,12 +181,11 @@ class Session(SessionState):
         """End the session now: the server removes all its entries at once. True when the
         server still had it. Ending twice returns False without a call. If the connection
         drops with the request in flight it is re-sent once, and may then answer False."""
-        if self._ended:
+        built = self._start_end()
+        if built is None:
             return False
-        self._stop_keepalive()
-        rid, data = self._build_end()
         try:
-            existed: bool = self._client._request(END, rid, data, self._client.timeout)
+            existed: bool = self._client.request(END, *built, self._client.timeout)
         finally:
             self._mark_ended()
         return existed
@@ -220,10 +207,6 @@ class Session(SessionState):
         except LockClientError:
             # Do not mask the body's exception; the session expires after max_age anyway.
             log.warning("ending session %s failed", self.id, exc_info=True)
-
-    def __repr__(self) -> str:
-        state = "ended" if self._ended else "open"
-        return f"<Session {self.id} max_age={self.max_age} {state}>"
 
     # --- keepalive --------------------------------------------------------------------------------
 
@@ -253,17 +236,13 @@ class Session(SessionState):
         client = self._client
         sent_at = self._last_activity = monotonic()
         try:
-            result = client._request(KEEPALIVE, built[0], built[1], min(client.timeout, interval))
+            result = client.request(KEEPALIVE, built[0], built[1], min(client.timeout, interval))
         except ClientClosed:
             return False
         except LockClientError as exc:
-            self.keepalive_error = exc
-            self._failures.failed(exc, monotonic())
-            # Try again soon rather than after a whole interval.
-            self._last_activity = monotonic() - interval + min(interval, 1.0)
+            self._keepalive_failed(exc, monotonic(), interval)
             return True
-        self._note_reply(sent_at, result)
-        self._failures.succeeded()
+        self._keepalive_done(sent_at, result)
         return True
 
 
