@@ -1,12 +1,10 @@
-"""Reading: how received bytes get from the sockets to ``Requests._process``, a batch at a time.
+"""Reading: how received bytes get from the sockets to the request handler, a batch at a time.
 
-The read path of the trio shell (``_server.py``): the epoll poller for plain connections and
-the per-connection read loop for TLS (and platforms without epoll). It changes for its own
-reasons (the read strategy: batching, busy polling, readiness), not when the request set or
-the connection lifecycle does. ``Reading`` is a mixin of the shell's ``_Shell`` for the same
-reason as ``Requests`` (``_requests.py``): the per-batch path keeps exactly the calls and
-attribute lookups it had when all of this was one class. The state lives on the shell; the
-annotations on ``Reading`` declare what this part uses.
+``Reader`` is the read path of the trio shell (``_server.py`` composes it): the epoll poller
+for plain connections and the per-connection read loop for TLS (and platforms without epoll).
+It changes for its own reasons (the read strategy: batching, busy polling, readiness), not
+when the request set or the connection lifecycle does. It hands every received chunk to one
+callable, ``serve(peer, data) -> keep`` (``RequestHandler.process``), bound once.
 
 Theory of operation
 ===================
@@ -31,9 +29,9 @@ epoll keep a reading task each (``_read_loop_task``): ``recv_into`` until EAGAIN
 
 **Incomplete frames** (issue 14: slowloris with partial frames). Nothing is allocated for the
 size a header announces: the protocol's frame buffer holds only the bytes received. After a
-receive that leaves part of a frame buffered, the reader (:meth:`Reading._buffered`) counts
+receive that leaves part of a frame buffered, the reader (:meth:`Reader._buffered`) counts
 those bytes in the server's ``Totals.received`` and notes when the frame's first byte arrived
-(``Client.frame_started``: the reaper in ``_server.py`` closes the connection when the frame
+(``Peer.frame_started``: the reaper in ``_server.py`` closes the connection when the frame
 is not complete within ``frame_timeout``, however steadily its bytes trickle in). A receive
 that grows the total past ``max_receive_total`` closes its connection with ``OVERLOADED``;
 connections that only send whole frames never add to it. The hot path (every frame of the
@@ -57,7 +55,7 @@ import trio
 from protocol import ErrorCode
 
 from ._busypoll import BusyPoll
-from ._client import WOULD_BLOCK_READ, Client, Totals
+from ._peer import WOULD_BLOCK_READ, Peer, Totals
 
 log = logging.getLogger("lockserver")
 
@@ -70,22 +68,22 @@ class Poller:
 
     def __init__(self) -> None:
         self._epoll = select.epoll()
-        self._by_fd: dict[int, Client] = {}
+        self._by_fd: dict[int, Peer] = {}
 
     def fileno(self) -> int:
         return self._epoll.fileno()
 
-    def add(self, c: Client) -> None:
+    def add(self, c: Peer) -> None:
         self._epoll.register(c.fd, select.EPOLLIN)
         self._by_fd[c.fd] = c
 
-    def discard(self, c: Client) -> None:
+    def discard(self, c: Peer) -> None:
         if self._by_fd.get(c.fd) is c:
             del self._by_fd[c.fd]
             with contextlib.suppress(OSError):  # closed already: the kernel dropped it
                 self._epoll.unregister(c.fd)
 
-    def ready(self) -> list[Client]:
+    def ready(self) -> list[Peer]:
         """The registered connections with something to read (at most _POLL_BATCH)."""
         by_fd = self._by_fd
         out = []
@@ -100,23 +98,43 @@ class Poller:
         self._epoll.close()
 
 
-class Reading:
-    """The read path of ``_Shell`` (a mixin: the shell owns and sets the state)."""
+class Reader:
+    """Reads every connection and hands each received chunk to ``serve``.
 
-    # Set up by _Shell.__init__ (see there).
-    poller: Poller | None
-    ssl_context: ssl.SSLContext | None
-    recv_buffer: bytearray
-    recv_view: memoryview
-    busy_poll: BusyPoll
-    totals: Totals
-    overloaded_drops: int
-    _process: Callable[[Client, memoryview], bool]  # Requests' (_requests.py)
+    ``totals`` is the server's shared :class:`Totals` (incomplete frames are counted there);
+    ``busy_poll`` the poller's spin policy; ``tls``: connections are TLS (each keeps a
+    reading task). ``overloaded_drops`` counts connections closed by ``max_receive_total``.
+    """
 
-    async def _read_loop(self, c: Client) -> None:
+    def __init__(
+        self,
+        serve: Callable[[Peer, memoryview], bool],
+        *,
+        totals: Totals,
+        busy_poll: BusyPoll,
+        tls: bool,
+        recv_size: int,
+    ) -> None:
+        self._process = serve
+        self.totals = totals
+        self.busy_poll = busy_poll
+        self.tls = tls
+        # One receive buffer for all connections: a batch is decoded synchronously before
+        # the next await, so nobody else can touch it meanwhile.
+        self.recv_buffer = bytearray(recv_size)
+        self.recv_view = memoryview(self.recv_buffer)
+        # Reads every plain connection from one task (None: no epoll on this platform).
+        self.poller: Poller | None = Poller() if hasattr(select, "epoll") else None
+        self.overloaded_drops = 0
+
+    def close(self) -> None:
+        if self.poller is not None:
+            self.poller.close()
+
+    async def read_loop(self, c: Peer) -> None:
         """Serve the connection's requests until EOF, an error, or a close (then return)."""
         poller = self.poller
-        if poller is None or self.ssl_context is not None:
+        if poller is None or self.tls:
             await self._read_loop_task(c)
             return
         done = c.read_done = trio.Event()
@@ -128,7 +146,7 @@ class Reading:
         if c.read_error is not None:
             raise c.read_error  # logged by _connection as an internal error of this connection
 
-    def _read_ready(self, c: Client) -> None:
+    def _read_ready(self, c: Peer) -> None:
         """The poller found ``c`` readable: one receive, every complete frame served."""
         if c.dead or c.read_done is None or c.read_done.is_set():
             return
@@ -155,12 +173,12 @@ class Reading:
             c.read_error = exc
             self._read_stop(c)
 
-    def _read_stop(self, c: Client) -> None:
+    def _read_stop(self, c: Peer) -> None:
         assert self.poller is not None and c.read_done is not None
         self.poller.discard(c)
         c.read_done.set()
 
-    async def _poll_loop(self) -> None:
+    async def poll_loop(self) -> None:
         """The poller task: wake when any registered connection is readable, serve them."""
         poller = self.poller
         assert poller is not None
@@ -184,7 +202,7 @@ class Reading:
             elif busy.spinning:
                 busy.idle(clock())
 
-    async def _read_loop_task(self, c: Client) -> None:
+    async def _read_loop_task(self, c: Peer) -> None:
         sock = c.sock
         fd = c.fd
         buf = self.recv_buffer
@@ -215,7 +233,7 @@ class Reading:
                 return
             await checkpoint()
 
-    def _buffered(self, c: Client, before: int, n: int) -> bool:
+    def _buffered(self, c: Peer, before: int, n: int) -> bool:
         """After a receive of ``n`` bytes that left (or, ``before`` > 0, had left) part of a
         frame buffered: count it in ``Totals.received``, note when the frame began. False:
         the total is past ``max_receive_total``; the connection is closed with OVERLOADED."""

@@ -1,17 +1,16 @@
-"""The trio shell: accept connections, read frames, call the engine, write replies, run timers.
+"""The trio shell: accept connections, read frames, call the lock core, write replies, run timers.
 
-The shell is three modules, one reason to change each: this one (listeners, the accept loop,
-each connection's lifecycle and TLS handshake, timers, shutdown, statistics),
-``_reading.py`` (the epoll poller and the read loops: received bytes in, a batch at a time)
-and ``_requests.py`` (serving a batch: checks, the engine call, replies, session bookkeeping,
-LockLost routing). ``_Shell`` owns all the state and inherits the other two as mixins
-(``Reading``, ``Requests``) rather than calling objects of theirs, so the hot path has exactly
-the calls, attribute lookups and allocations it had when the shell was one class.
+The shell is four modules, one reason to change each, composed here: this one (``Server``:
+listeners, the accept loop, each connection's lifecycle and TLS handshake, the timers,
+shutdown, statistics), ``_reading.py`` (``Reader``: the epoll poller and the read loops,
+received bytes in a batch at a time), ``_requests.py`` (``RequestHandler``: serving a batch,
+one call through the lock core's door per request, delivering what comes back) and
+``_peer.py`` (``Peer``: one connection's socket, outbox and closing). The lock state and every
+decision about it live behind the door, ``engine.LockCore``.
 
 Why / rules kept (issue #3, STYLE.md):
-- The engine is called synchronously (``_requests.py``); nothing awaits between reading a
-  batch of requests and queueing their replies, so transactions are serializable without a
-  lock.
+- The lock core is called synchronously; nothing awaits between reading a batch of requests
+  and queueing their replies, so transactions are serializable without a lock.
 - Time is ``trio.current_time()`` everywhere (tests run under ``MockClock``). The one wall-clock
   read is the fence epoch at start (``time.time_ns() // 1000``), so fences keep increasing
   across restarts.
@@ -35,7 +34,7 @@ One 64 KiB receive buffer is shared by all connections: a batch is decoded synch
 before the next await, so nobody else can touch it meanwhile. TCP_NODELAY is set: replies are
 complete frames and must not wait for Nagle.
 
-**The outbox, the writer and closing** live in ``_client.py``: replies are appended to the
+**The outbox, the writer and closing** live in ``_peer.py``: replies are appended to the
 connection's outbox and the whole batch goes out with one non-blocking ``send``; a writer task
 exists only while the kernel refuses bytes; a client that does not read is dropped; a
 connection closed on purpose lingers so its last error reply survives.
@@ -45,8 +44,10 @@ With TLS the accepted socket is wrapped in an ``ssl.SSLSocket`` (non-blocking, t
 driven by the same readiness waits before the read loop); the loops only add TLS's "want
 read/write" exceptions to the plain ``BlockingIOError``, so the plain path costs the same.
 
-**Timers.** A sweeper sleeps until ``min(engine.next_deadline(), now + sweep_interval)``; a
-trust ticker wakes on every trust tick boundary; a reaper enforces the handshake, idle and
+**Timers.** One timer sleeps until ``min(core.next_deadline(), now + sweep_interval)`` (a
+request that parks a transaction moves it earlier: ``Alarm``) and then makes one call,
+``core.advance``: expiries, wait deadlines and the waiters they let run; a trust ticker wakes
+on every trust tick boundary; a reaper enforces the handshake, idle and
 frame timeouts by scanning the connections (O(connections) once per second at most, which
 keeps the per-request cost to one attribute store; the frame timeout's start is noted by the
 reader only when a receive leaves part of a frame buffered).
@@ -71,7 +72,6 @@ import errno
 import logging
 import math
 import secrets
-import select
 import socket
 import ssl
 import time
@@ -84,13 +84,13 @@ from protocol import PROTOCOL_VERSION, Connection, ErrorCode, ErrorReply, Role, 
 
 from ._auth import Authenticator, SecurityConfigError, server_ssl_context
 from ._busypoll import BusyPoll
-from ._client import CLOSE_GRACE, Client, Totals, linger
 from ._config import ConfigError, ServerConfig, server_version
 from ._gcstats import GcPauses
-from ._reading import Poller, Reading
-from ._requests import Requests
+from ._peer import CLOSE_GRACE, Peer, Totals, linger
+from ._reading import Reader
+from ._requests import Alarm, RequestHandler
 from ._trust import TrustMonitor
-from .engine import Engine, EngineLimits, ShardedDict, WaitLimits, WaitQueue
+from .engine import Engine, EngineLimits, LockCore, WaitLimits
 
 __all__ = ["RunningServer", "serve"]
 
@@ -112,16 +112,28 @@ class RunningServer:
     """A listening server, handed out by ``serve`` through ``task_status.started``.
 
     ``host``/``port``: the bound address of the first listener (the real port when 0 was
-    asked); ``addresses``: every bound address. ``engine``/``trust``: the live engine and
-    trust monitor (for tests and embedding; call them only from the server's trio run).
+    asked); ``addresses``: every bound address. ``core``: the lock core (the door every
+    change goes through); ``engine``/``trust``: the live engine behind it and the trust
+    monitor (for tests and embedding: read them only from the server's trio run).
     """
 
-    __slots__ = ("_shell", "addresses", "config", "engine", "host", "port", "started_at", "trust")
+    __slots__ = (
+        "_shell",
+        "addresses",
+        "config",
+        "core",
+        "engine",
+        "host",
+        "port",
+        "started_at",
+        "trust",
+    )
 
-    def __init__(self, shell: _Shell, addresses: list[tuple[str, int]]) -> None:
+    def __init__(self, shell: Server, addresses: list[tuple[str, int]]) -> None:
         self._shell = shell
         self.config: ServerConfig = shell.config
-        self.engine: Engine = shell.engine
+        self.core: LockCore = shell.core
+        self.engine: Engine = shell.core.engine
         self.trust: TrustMonitor = shell.trust
         self.started_at: float = shell.started_at
         self.addresses: tuple[tuple[str, int], ...] = tuple(addresses)
@@ -172,18 +184,18 @@ async def serve(
         raise ConfigError(str(exc)) from None
     listeners = await trio.open_tcp_listeners(config.port, host=config.host)
     try:
-        shell = _Shell(config, listeners, ssl_context)
+        shell = Server(config, listeners, ssl_context)
         await shell.run(task_status)
     finally:
         for listener in listeners:
             listener.socket.close()
 
 
-class _Shell(Reading, Requests):
-    """Everything ``serve`` runs: the engine, the connections, the timers.
+class Server:
+    """Everything ``serve`` runs: the lock core, the connections, the timers.
 
-    Reading comes from ``Reading`` (``_reading.py``), serving requests from ``Requests``
-    (``_requests.py``); all the state they use is set up here."""
+    Composes the request handler (``requests``, ``_requests.py``) and the reader
+    (``reader``, ``_reading.py``); owns the connections, the listeners and the timers."""
 
     def __init__(
         self,
@@ -193,14 +205,12 @@ class _Shell(Reading, Requests):
     ) -> None:
         now = trio.current_time()
         self.config = config
-        self.max_session_age = config.max_session_age  # read per execute
-        self.max_wait = config.max_wait
         self.ssl_context = ssl_context
         # None: no tokens configured, every connection is ANONYMOUS and may do everything.
-        self.auth = Authenticator(config.tokens) if config.tokens else None
+        auth = Authenticator(config.tokens) if config.tokens else None
         self.started_at = now
         self.hostname = socket.gethostname()
-        self.engine = Engine(
+        self.core = LockCore(
             started_at=now,
             host=self.hostname,
             fence_epoch=time.time_ns() // 1000,
@@ -210,11 +220,7 @@ class _Shell(Reading, Requests):
                 max_entries_per_session=config.max_entries_per_session,
                 max_store_bytes=config.max_store_bytes,
             ),
-        )
-        self.trust = TrustMonitor(config.trust, started_at=now)
-        self.waits = WaitQueue(
-            self.engine,
-            WaitLimits(
+            wait_limits=WaitLimits(
                 max_waiters=config.max_waiters,
                 max_waiters_per_session=config.max_waiters_per_session,
                 max_waiters_per_owner=config.max_waiters_per_connection,
@@ -222,9 +228,11 @@ class _Shell(Reading, Requests):
                 max_waiting_ops_per_session=config.max_waiting_ops_per_session,
                 max_waiting_ops_per_principal=config.max_waiting_ops_per_principal,
             ),
+            authenticated=auth is not None,
         )
-        # Moved earlier whenever a waiter parks with an earlier deadline (see _wait_loop).
-        self.wait_scope: trio.CancelScope | None = None
+        self.trust = TrustMonitor(config.trust, started_at=now)
+        # The timer's sleep; a request that parks moves it earlier (see _timer_loop).
+        self.alarm = Alarm()
         self.listeners = listeners
         addresses = []
         for listener in listeners:
@@ -279,35 +287,36 @@ class _Shell(Reading, Requests):
             self.limits,
             self.instance,
         )
-        self.encoder = Connection(Role.SERVER)  # stateless encoding of events and refusals
-        self.recv_buffer = bytearray(_RECV_SIZE)
-        self.recv_view = memoryview(self.recv_buffer)
-        self.clients: set[Client] = set()
+        self.encoder = Connection(Role.SERVER)  # stateless encoding of refusals
+        self.requests = RequestHandler(
+            config, self.core, self.trust, auth, self.welcome, self.alarm, self.statistics
+        )
         # What the connections hold together (incomplete frames, unsent bytes) and its bounds.
         self.totals = Totals(max_receive=config.max_receive_total, max_send=config.max_send_total)
-        # session id -> connections that used it (as many as the sessions: sharded like them)
-        self.users: ShardedDict[set[Client]] = ShardedDict()
+        self.reader = Reader(
+            self.requests.process,
+            totals=self.totals,
+            busy_poll=BusyPoll(config.busy_poll),  # the poller's spin policy
+            tls=ssl_context is not None,
+            recv_size=_RECV_SIZE,
+        )
+        self.recv_buffer = self.reader.recv_buffer  # scratch space for lingering closes too
+        self.clients: set[Peer] = set()
         self.closed = trio.Event()
         self.shutting_down = False
         self.accept_scope: trio.CancelScope | None = None
         self.conn_nursery: trio.Nursery | None = None
         self.next_id = 0
-        # counters (statistics "server" section)
+        # counters (statistics "server" section; the request and read counters are kept by
+        # the handler and the reader)
         self.connections_total = 0
         self.connections_refused = 0
-        self.requests_total = 0
-        self.protocol_errors = 0
         self.internal_errors = 0
         self.slow_consumers_dropped = 0
         self.handshake_timeouts = 0
         self.idle_timeouts = 0
         self.frame_timeouts = 0
-        self.overloaded_drops = 0
-        self.events_sent = 0
         self.gc_pauses = GcPauses()  # collector pauses while serving (statistics "gc")
-        # Reads every plain connection from one task (None: no epoll on this platform).
-        self.poller = Poller() if hasattr(select, "epoll") else None
-        self.busy_poll = BusyPoll(config.busy_poll)  # the poller's spin policy
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -315,12 +324,11 @@ class _Shell(Reading, Requests):
         self.gc_pauses.install()
         try:
             async with trio.open_nursery() as timers:
-                timers.start_soon(self._sweep_loop)
+                timers.start_soon(self._timer_loop)
                 timers.start_soon(self._trust_loop)
                 timers.start_soon(self._reap_loop)
-                timers.start_soon(self._wait_loop)
-                if self.poller is not None:
-                    timers.start_soon(self._poll_loop)
+                if self.reader.poller is not None:
+                    timers.start_soon(self.reader.poll_loop)
                 async with trio.open_nursery() as conns:
                     self.conn_nursery = conns
                     async with trio.open_nursery() as accepting:
@@ -340,8 +348,7 @@ class _Shell(Reading, Requests):
             log.info("stopped")
         finally:
             self.gc_pauses.uninstall()
-            if self.poller is not None:
-                self.poller.close()
+            self.reader.close()
             self.closed.set()
 
     @property
@@ -403,7 +410,7 @@ class _Shell(Reading, Requests):
                 limits=self.tree_limits,
                 require_hello=True,
             )
-            c = Client(
+            c = Peer(
                 sock,
                 f"#{self.next_id} ({peer})",
                 proto,
@@ -437,13 +444,13 @@ class _Shell(Reading, Requests):
 
     # --- one connection -----------------------------------------------------------------------
 
-    async def _connection(self, c: Client) -> None:
+    async def _connection(self, c: Peer) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 c.nursery = nursery
                 with c.read_scope:
                     if self.ssl_context is None or await self._tls_handshake(c):
-                        await self._read_loop(c)
+                        await self.reader.read_loop(c)
                 last = b""
                 if c.stop_code is not None:
                     last = self.encoder.send(ErrorReply(None, c.stop_code, c.stop_message))
@@ -457,7 +464,7 @@ class _Shell(Reading, Requests):
             c.sock.close()
             log.debug("connection %s closed", c.name)
 
-    async def _tls_handshake(self, c: Client) -> bool:
+    async def _tls_handshake(self, c: Peer) -> bool:
         """The TLS handshake of a new connection (bounded by the reaper's handshake timeout,
         like the hello). False: it failed, the connection is dropped, others carry on."""
         sock: Any = c.sock
@@ -474,68 +481,44 @@ class _Shell(Reading, Requests):
                 c.dead = True
                 return False
 
-    def _slow_consumer(self, c: Client, why: str) -> None:
+    def _slow_consumer(self, c: Peer, why: str) -> None:
         self.slow_consumers_dropped += 1
         log.warning("connection %s dropped as a slow consumer: %s", c.name, why)
 
-    def _forget(self, c: Client) -> None:
+    def _forget(self, c: Peer) -> None:
         c.dead = True
         # Its incomplete frame goes with it (its unsent bytes went when its writer ended).
         self.totals.received -= c.pending
         c.pending = 0
         c.frame_started = math.inf
-        if self.waits.cancel_owner(c):
-            # Its waiters may have held others back (Waiting): let those run now.
-            now = trio.current_time()
-            self._answer_all(self.waits.process(now=now, trust=self.trust.trust(now)))
         self.clients.discard(c)
-        users_by_session = self.users
-        for sid in c.sessions:
-            users = users_by_session.get(sid)
-            if users is not None:
-                users.discard(c)
-                if not users:
-                    del users_by_session[sid]
-        c.sessions.clear()
+        # Its waiters may have held others back (Waiting): those run now.
+        now = trio.current_time()
+        self.requests.deliver(self.core.owner_gone(c, now=now, trust=self.trust.trust(now)))
 
     # --- timers -------------------------------------------------------------------------------
 
-    async def _sweep_loop(self) -> None:
-        engine = self.engine
+    async def _timer_loop(self) -> None:
+        """Expiries and wait deadlines, on time: sleeps until the core's next deadline (at
+        most ``sweep_interval``); a request that parks moves the wake-up earlier (``Alarm``)."""
+        core = self.core
+        alarm = self.alarm
         interval = self.config.sweep_interval
         while True:
             wake = trio.current_time() + interval
-            deadline = engine.next_deadline()
+            deadline = core.next_deadline()
             if deadline is not None and deadline < wake:
                 wake = deadline
-            await trio.sleep_until(wake)
-            try:
-                now = trio.current_time()
-                engine.sweep(now)
-                if len(self.waits):
-                    self._answer_all(self.waits.process(now=now, trust=self.trust.trust(now)))
-                self._dispatch_lost()
-            except Exception:
-                self.internal_errors += 1
-                log.exception("expiry sweep failed")
-
-    async def _wait_loop(self) -> None:
-        """Answers parked transactions at their deadlines, exactly on time: the sleep's
-        deadline is moved earlier by ``_execute`` when a waiter parks with an earlier one."""
-        waits = self.waits
-        while True:
-            deadline = waits.next_deadline()
-            with trio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
-                self.wait_scope = scope
+            with trio.CancelScope(deadline=wake) as scope:
+                alarm.scope = scope
                 await trio.sleep_forever()
-            self.wait_scope = None
+            alarm.scope = None
             try:
                 now = trio.current_time()
-                self._answer_all(waits.process(now=now, trust=self.trust.trust(now)))
-                self._dispatch_lost()
+                self.requests.deliver(core.advance(now, trust=self.trust.trust(now)))
             except Exception:
                 self.internal_errors += 1
-                log.exception("answering parked transactions failed")
+                log.exception("expiry and wait deadlines failed")
 
     async def _trust_loop(self) -> None:
         tick = self.config.trust.tick
@@ -581,33 +564,36 @@ class _Shell(Reading, Requests):
     # --- statistics ---------------------------------------------------------------------------
 
     def statistics(self, now: float) -> dict[str, Any]:
+        core, losses = self.core.statistics(now)
+        self.requests.deliver(losses)  # sessions that expired as the counts were taken
+        requests = self.requests
         return {
             "server": {
                 "version": self.version,
                 "host": self.hostname,
                 "address": self.address,
-                "uptime": self.engine.uptime(now),
+                "uptime": core.engine.uptime,
                 "connections": len(self.clients),
                 "connections_blocked": self.totals.blocked,
                 "connections_total": self.connections_total,
                 "connections_refused": self.connections_refused,
-                "requests_total": self.requests_total,
-                "protocol_errors": self.protocol_errors,
-                "internal_errors": self.internal_errors,
+                "requests_total": requests.requests_total,
+                "protocol_errors": requests.protocol_errors,
+                "internal_errors": self.internal_errors + requests.internal_errors,
                 "slow_consumers_dropped": self.slow_consumers_dropped,
                 "handshake_timeouts": self.handshake_timeouts,
                 "idle_timeouts": self.idle_timeouts,
                 "frame_timeouts": self.frame_timeouts,
-                "overloaded_drops": self.overloaded_drops,
+                "overloaded_drops": self.reader.overloaded_drops,
                 "receive_buffered": self.totals.received,
                 "send_buffered": self.totals.unsent,
-                "events_sent": self.events_sent,
-                "sessions_tracked": len(self.users),
-                **self.busy_poll.to_wire(),
+                "events_sent": requests.events_sent,
+                "sessions_tracked": core.sessions_routed,
+                **self.reader.busy_poll.to_wire(),
             },
-            "waiting": self.waits.statistics().to_wire(),
+            "waiting": core.waiting.to_wire(),
             "trust": attrs.asdict(self.trust.statistics(now)),
-            "engine": self.engine.statistics(now).to_wire(),
+            "engine": core.engine.to_wire(),
             "limits": dict(self.limits),
             "gc": self.gc_pauses.to_wire(),
         }

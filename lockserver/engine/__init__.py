@@ -1,5 +1,9 @@
-"""The pure, synchronous, deterministic lock engine (no I/O, no clock: takes ``now``)."""
+"""The pure, synchronous, deterministic lock engine (no I/O, no clock: takes ``now``), and
+``LockCore``, the one door every change of lock state goes through."""
 
+from ._core import CoreStatistics as CoreStatistics
+from ._core import LockCore as LockCore
+from ._core import Output as Output
 from ._engine import Engine as Engine
 from ._engine import EngineLimits as EngineLimits
 from ._engine import EngineStatistics as EngineStatistics
@@ -12,10 +16,13 @@ from ._waiting import WaitStatistics as WaitStatistics
 from ._waiting import dependencies as dependencies
 
 __all__ = [
+    "CoreStatistics",
     "Engine",
     "EngineError",
     "EngineLimits",
     "EngineStatistics",
+    "LockCore",
+    "Output",
     "ShardedDict",
     "WaitLimits",
     "WaitQueue",

@@ -226,15 +226,15 @@ async def test_error_outside_any_request_closes_only_that_connection(
     """An unexpected exception in the reading machinery itself (not while serving one
     request): that connection is closed and the traceback logged; the shared poller goes on
     reading every other connection."""
-    shell: Any = server._shell
-    real_process = shell._process
+    reader: Any = server._shell.reader
+    real_process = reader._process
 
     def process(c: Any, data: Any) -> bool:
         if b"boom" in bytes(data):
             raise RuntimeError("simulated reader bug")
         return bool(real_process(c, data))
 
-    monkeypatch.setattr(shell, "_process", process)
+    monkeypatch.setattr(reader, "_process", process)
     with trio.fail_after(5):
         async with await WireClient.connect(server) as bystander:
             assert (await bystander.execute("calm", LOCK)).ok

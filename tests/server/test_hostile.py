@@ -109,7 +109,7 @@ async def test_a_crashing_waiter_loses_no_other_answer_and_closes_only_its_conne
         )
         await bad.send(bad_req)
         await good.send(good_req)
-        await wait_for(lambda: len(server._shell.waits) == 2)
+        await wait_for(lambda: len(server.core.waits) == 2)
         release = await holder.execute("holder", UNLOCK)
         assert release.ok
         granted = await good.reply(good_req.request_id)

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from lockserver import RunningServer
-from lockserver._client import Client
+from lockserver._peer import Peer
 from lockserver._requests import _EARLY_FLUSH
 from protocol import (
     PROTOCOL_VERSION,
@@ -234,13 +234,13 @@ async def test_long_pipelined_batch_replies_go_out_early(
     _EARLY_FLUSH bytes while the batch is served (the client decodes them meanwhile), not all
     at its end; they still arrive complete and in order."""
     sends: list[int] = []
-    real_flush = Client.flush
+    real_flush = Peer.flush
 
-    def counting_flush(self: Client) -> None:
+    def counting_flush(self: Peer) -> None:
         sends.append(len(self.outbox))
         real_flush(self)
 
-    monkeypatch.setattr(Client, "flush", counting_flush)
+    monkeypatch.setattr(Peer, "flush", counting_flush)
     with trio.fail_after(10):
         async with await WireClient.connect(server) as c:
             messages = [c.execute_message("s", [SelectConstantValue("i", i)]) for i in range(200)]

@@ -17,7 +17,7 @@ import socket
 import pytest
 import trio
 
-from lockserver._client import Client, Totals
+from lockserver._peer import Peer, Totals
 from protocol import Connection, Role, SelectConstantValue
 
 from ._wire import BIG, WireClient, flood, wait_for
@@ -28,15 +28,15 @@ CHUNK = b"x" * 65536
 
 
 async def _host(*, task_status: trio.TaskStatus[trio.Nursery] = trio.TASK_STATUS_IGNORED) -> None:
-    """A nursery of its own for one Client (Client.kill cancels its connection's nursery)."""
+    """A nursery of its own for one Peer (Peer.kill cancels its connection's nursery)."""
     async with trio.open_nursery() as nursery:
         task_status.started(nursery)
         await trio.sleep_forever()
 
 
-def _client(sock: socket.socket, name: str, totals: Totals, drops: list[str]) -> Client:
+def _client(sock: socket.socket, name: str, totals: Totals, drops: list[str]) -> Peer:
     sock.setblocking(False)
-    return Client(
+    return Peer(
         sock,
         name,
         Connection(Role.SERVER),
@@ -48,7 +48,7 @@ def _client(sock: socket.socket, name: str, totals: Totals, drops: list[str]) ->
     )
 
 
-def _block(c: Client) -> None:
+def _block(c: Peer) -> None:
     """Queue bytes until the kernel refuses some (bounded: socket buffers are finite)."""
     for _ in range(1000):
         c.push(CHUNK)

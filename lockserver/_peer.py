@@ -1,10 +1,9 @@
-"""One client connection as the server sees it: its socket, its outbox, and how it is closed.
+"""One peer (a client connection) as the server sees it: its socket, its outbox, how it closes.
 
 Why / rules kept (issue #3):
 - Replies and events leave in the order they were queued, and anyone may queue them: the
-  connection's reader (replies), the sweeper and other connections' readers (``LockLost``
-  events), and later the waiting-transaction machinery (a parked transaction is answered by
-  pushing its reply from whichever task decides it).
+  connection's reader (replies), and whoever delivers what the lock core returned (events
+  and answers of parked transactions, from another connection's batch or a timer).
 - The server never waits on a client: unsent bytes beyond ``max_send_buffer``, or a blocked
   send that makes no progress for ``send_timeout``, drop the client as a slow consumer; it is
   sent nothing more. So does an outbox that grows while the unsent bytes of all connections
@@ -14,7 +13,7 @@ Why / rules kept (issue #3):
 Theory of operation
 ===================
 **The outbox and its writer.** The outbox is a bytearray. Queuing is followed by one
-synchronous, non-blocking ``send`` of the whole outbox (:meth:`Client.send_pending`), so in the
+synchronous, non-blocking ``send`` of the whole outbox (:meth:`Peer.send_pending`), so in the
 common case there is no writer task and no task switch at all: the reader of a batch of
 pipelined requests appends every reply and sends them with ONE syscall. Only when the kernel
 refuses bytes (the client reads slower than it asks) does the connection become *blocked*: a
@@ -27,7 +26,7 @@ drops the client at once.
 connection keeps unsent bytes past the batch that queued them, so only blocked outboxes are
 counted: each connection remembers how many of its bytes the total includes (``counted``)
 and re-syncs it when it queues while blocked and after each of its writer's sends; the
-writer's end and :meth:`Client.kill` take them all back. The hot path (not blocked) pays
+writer's end and :meth:`Peer.kill` take them all back. The hot path (not blocked) pays
 nothing. The same record holds the receive side (bytes of incomplete request frames, kept by
 the reader, ``_reading.py``) and the number of blocked connections, so ``statistics()``
 reads three integers instead of walking the connections.
@@ -38,12 +37,12 @@ reader writes": events for an idle connection arrive while its reader sleeps in
 ``wait_readable``, and a reader stuck writing to one slow client could not notice the client's
 next bytes.
 
-**Closing.** :meth:`Client.finish` closes gracefully (a protocol error, a wrong version, a
+**Closing.** :meth:`Peer.finish` closes gracefully (a protocol error, a wrong version, a
 timeout, shutdown): the writer drains what is queued (bounded), then the socket is half-closed
 and the server *lingers*, reading and discarding until the peer's EOF (bounded). Closing a
 socket with unread input makes the kernel send a TCP RST, which can destroy the error reply the
 client has not read yet; this is Apache's lingering close (also described in h11's docs).
-:meth:`Client.kill` drops at once (slow consumer, send failure).
+:meth:`Peer.kill` drops at once (slow consumer, send failure).
 
 Prior art: Redis's ``client-output-buffer-limit`` (the slow-consumer rule), trio's
 ``SocketStream`` (whose per-call scheduling this avoids), Apache's lingering close.
@@ -64,7 +63,7 @@ from protocol import Connection, ErrorCode
 
 from ._auth import ANONYMOUS, Principal
 
-__all__ = ["Client", "Totals", "linger", "CLOSE_GRACE", "WOULD_BLOCK_READ", "WOULD_BLOCK_WRITE"]
+__all__ = ["Peer", "Totals", "linger", "CLOSE_GRACE", "WOULD_BLOCK_READ", "WOULD_BLOCK_WRITE"]
 
 log = logging.getLogger("lockserver")
 
@@ -95,7 +94,7 @@ class Totals:
         self.blocked = 0
 
 
-class Client:
+class Peer:
     """One connection's state. Plain slotted class: touched on every request.
 
     ``on_slow(client, why)`` is called once when the client is dropped as a slow consumer
@@ -126,7 +125,6 @@ class Client:
         "read_error",
         "read_scope",
         "send_timeout",
-        "sessions",
         "sock",
         "stop_code",
         "stop_message",
@@ -144,7 +142,7 @@ class Client:
         *,
         max_send_buffer: int,
         send_timeout: float,
-        on_slow: Callable[[Client, str], None],
+        on_slow: Callable[[Peer, str], None],
         totals: Totals,
     ) -> None:
         self.sock = sock
@@ -159,7 +157,6 @@ class Client:
         self.counted = 0  # bytes of the outbox included in totals.unsent
         self.pending = 0  # bytes of an incomplete frame buffered, included in totals.received
         self.frame_started = math.inf  # when that frame's first byte arrived (inf: none)
-        self.sessions: set[str] = set()  # ids of the sessions this connection executed in
         self.greeted = False
         self.client_name = ""
         self.principal: Principal = ANONYMOUS  # set by a hello with a valid token
