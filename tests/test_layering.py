@@ -286,3 +286,84 @@ def test_package_init_only_reexports(path: Path) -> None:
     }
     assert sorted(set(exported) - imported) == []
     assert len(exported) == len(set(exported)), "__all__ lists a name twice"
+
+
+# --- no import circles ---------------------------------------------------------------------------
+
+
+def import_graph(files: Iterable[Path]) -> dict[str, set[str]]:
+    """Module -> the modules of ``files`` it imports (also inside functions and TYPE_CHECKING
+    blocks: a circle there is still a circle of the design). ``from P import n`` is an edge
+    to ``P.n`` when that is a module, else to ``P``. The implicit import of a module's parent
+    packages is not an edge: every submodule would otherwise depend on its package's
+    ``__init__``, which re-exports it."""
+    modules = {module_name(p): p for p in files}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for found in imports_of(path):
+            targets = [
+                f"{found.module}.{n}" for n in found.names if f"{found.module}.{n}" in modules
+            ]
+            if not targets and found.module in modules:
+                targets = [found.module]
+            graph[name].update(t for t in targets if t != name)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_the_circle_finder_finds_a_circle_and_only_circles() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set(), "f": {"g"}, "g": {"f"}}
+    assert circles(graph) == [["a", "b", "c"], ["f", "g"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_graph_has_the_edges_of_the_source() -> None:
+    """Relative, absolute and package imports become edges (else no circle could be seen)."""
+    graph = import_graph(FILES)
+    assert "lockserver._requests" in graph["lockserver._server"]  # from ._requests import
+    assert "lockserver.engine" in graph["lockserver._server"]  # from .engine import
+    assert "lockserver.engine._core" in graph["lockserver.engine"]  # __init__ re-exports
+    assert "protocol" in graph["lockserver.engine._core"]  # from protocol import
+
+
+@pytest.mark.parametrize("top", TOP_PACKAGES)
+def test_no_import_circles(top: str) -> None:
+    """No module of ``protocol``, ``lockserver`` or ``client`` imports (directly or through
+    others) a module that imports it back."""
+    files = [p for p in FILES if module_name(p).split(".")[0] == top]
+    assert files, top
+    assert circles(import_graph(files)) == []
