@@ -97,20 +97,12 @@ class AsyncSession(SessionState):
     async def execute_many(
         self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
     ) -> list[Result]:
-        """Run several transactions pipelined: one write for all, one wait for all replies.
-
-        ``calls``: ``(namespace, statements)`` or ``(namespace, statements, transaction_id)``
-        tuples. Returns their Results in call order (``[]`` for no calls). **Each call is its
-        own transaction**: the batch is not atomic (put the statements in one transaction for
-        all or nothing); the server runs them in order. ``min_uptime`` / ``min_trust`` apply to
-        every call. No ``wait``: a batch is answered at once.
-
-        When some calls fail, :class:`BatchError` is raised once all are settled, with every
-        call's Result or exception in ``results`` (a ServerError: that call was refused; a
-        ConnectionLost: its outcome is unknown; repeat with the same transaction ids in the
-        same session to learn it). ClientClosed and ServerUnavailable are raised as such.
-        Cancelling the caller abandons the whole batch (late replies are dropped); the calls
-        already sent may or may not run.
+        """Run several transactions pipelined, one write for all and one wait for all
+        replies: the calls, results, errors and :class:`BatchError` are those of the sync
+        face's :meth:`~client.Session.execute_many` (each call its own transaction; no
+        ``wait``), except that there is no client timeout and no chunking: bound the call
+        with a cancel scope. Cancelling the caller abandons the whole batch (late replies are
+        dropped); the calls already sent may or may not run.
         """
         rids, data = self._build_batch(calls, min_uptime, min_trust)
         if not rids:
@@ -124,9 +116,8 @@ class AsyncSession(SessionState):
         return batch_results(outcomes)
 
     async def end(self) -> bool:
-        """End the session now: the server removes all its entries at once. True when the
-        server still had it. Ending twice returns False without a call. If the connection
-        drops with the request in flight it is re-sent once, and may then answer False."""
+        """End the session now, as the sync face's :meth:`~client.Session.end`: True when
+        the server still had it, False without a call when ended already."""
         built = self._start_end()
         if built is None:
             await trio.lowlevel.checkpoint()

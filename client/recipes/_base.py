@@ -4,9 +4,10 @@ Why: a recipe is "one transaction to acquire, one to release" plus bookkeeping t
 must get exactly right: which ticket the grant carries, which fence it was granted at, when a
 ``LockLost`` event is about *this* grant, how long the grant is guaranteed to last, and the
 ``threading.Lock`` rules of ``acquire(blocking, timeout)``. All of that lives here, free of
-I/O (time is passed in as ``now``); the sync and trio faces (``_sync`` / ``_async``) add only
-the calls and their way of signalling a loss. Each recipe kind (``_kinds``) adds the
-statements it sends.
+I/O (time is passed in as ``now``). The operations that feed it (acquire with its wait loop,
+release, probe, refresh, leaving a block) are written once in ``_ops``; the sync and async
+faces (``_sync`` / ``_async``) add only a driver for them, their clock and their way of
+signalling a loss. Each recipe kind (``_kinds``) adds the statements it sends.
 
 Rules kept:
 - One lock object is **one holder**: ``acquire`` while it holds (or is acquiring) is misuse
@@ -284,6 +285,13 @@ class LockCore(Generic[S]):
         """The server's LockLost notice for the last grant, if one arrived."""
         return self._lost_info
 
+    def valid_for(self) -> float:
+        """Seconds the grant is certainly still valid, computed from the server's replies
+        and this face's clock without comparing clocks (0.0 when not held or lost).
+        Keepalive pings extend the session without this object seeing them: call
+        ``refresh()`` to update it."""
+        return self._valid_for(self._clock())
+
     def _valid_for(self, now: float) -> float:
         with self._mu:
             if self._fence is None or self._lost:
@@ -532,6 +540,11 @@ class LockCore(Generic[S]):
                 log.exception("on_lost callback %r of %r raised", callback, self)
 
     # --- what the faces provide ---------------------------------------------------------------
+
+    @staticmethod
+    def _clock() -> float:
+        """The face's clock (the one its session's deadlines are on)."""
+        raise NotImplementedError
 
     def _new_grant(self) -> None:
         """A new grant (called under ``_mu``): reset the face's lost signal."""

@@ -1,9 +1,13 @@
-"""The face-independent half of MultiLock (seed 003): the application's session and its stamps.
+"""The face-independent halves of the composite recipes: ReadWriteLock (two locks on one name)
+and MultiLock (seed 003). Each face's class only names its lock classes and adds its calls.
 
-Why: seed 003's lock service identifies a set of read/write locks by a *stamp* returned by
-``tryLocks`` and released by ``releaseLocks(stamp)`` (an unknown stamp is an error), and on
+ReadWriteLock is a read lock and a write lock of the same name and session, built once here
+(:class:`ReadWriteBase`); the writer preference lives in their transactions (``_kinds``).
+
+MultiLock: seed 003's lock service identifies a set of read/write locks by a *stamp* returned
+by ``tryLocks`` and released by ``releaseLocks(stamp)`` (an unknown stamp is an error), and on
 start-up an application removes what a killed instance of itself left behind
-(``releaseAllLocks``, by ``app_id``). Here:
+(``releaseAllLocks``, by ``app_id``). Here (:class:`MultiLockBase`):
 
 - a set is a :class:`LockSet` (``_kinds.LockSetKind``): its stamp is the random value of all
   its entries, so the one release transaction deletes exactly that set's entries;
@@ -19,14 +23,25 @@ start-up an application removes what a killed instance of itself left behind
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, TypeVar
 
-from ._base import UnknownStamp, check_name
+from client._errors import LockClientError
 
-__all__ = ["StampRegistry", "app_session_id"]
+from ._base import LockCore, OnLost, UnknownStamp, check_name
+
+__all__ = ["MultiLockBase", "ReadWriteBase", "StampRegistry", "app_session_id"]
 
 T = TypeVar("T")
+C = TypeVar("C")  # the client
+S = TypeVar("S")  # the session
+R = TypeVar("R", bound=LockCore[Any])  # the read lock
+W = TypeVar("W", bound=LockCore[Any])  # the write lock
+L = TypeVar("L", bound=LockCore[Any])  # the lock set
+
+log = logging.getLogger("client.recipes")
 
 
 def app_session_id(app_id: str) -> str:
@@ -67,3 +82,105 @@ class StampRegistry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._sets)
+
+
+class ReadWriteBase(Generic[S, R, W]):
+    """Many readers or one writer: ``read`` and ``write`` are the two locks of ``name`` (each
+    one holder, with the whole lock interface). A face names its lock classes."""
+
+    _read_lock: Callable[..., R]
+    _write_lock: Callable[..., W]
+
+    def __init__(
+        self,
+        session: S,
+        namespace: str,
+        name: str,
+        *,
+        on_lost: OnLost | None = None,
+        min_uptime: float = 0.0,
+        min_trust: float = 0.0,
+        description: str = "",
+    ) -> None:
+        options: dict[str, Any] = {
+            "on_lost": on_lost,
+            "min_uptime": min_uptime,
+            "min_trust": min_trust,
+            "description": description,
+        }
+        self.read: R = self._read_lock(session, namespace, name, **options)
+        self.write: W = self._write_lock(session, namespace, name, **options)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.read.namespace}/{self.read.name}>"
+
+
+class MultiLockBase(Generic[C, S, L]):
+    """The state of a MultiLock: its client, its application's session, the stamps handed
+    out. A face names its lock-set class, opens the session and adds the calls."""
+
+    _lock_set: Callable[..., L]
+
+    def __init__(
+        self,
+        client: C,
+        namespace: str,
+        app_id: str,
+        *,
+        max_age: float = 60.0,
+        on_lost: OnLost | None = None,
+        min_uptime: float = 0.0,
+        min_trust: float = 0.0,
+    ) -> None:
+        self.client = client
+        self.app_id = app_id
+        self.namespace = namespace
+        self.session: S = self._open(client, max_age, f"MultiLock {app_id}", app_session_id(app_id))
+        self._options = (on_lost, min_uptime, min_trust)
+        self._stamps: StampRegistry[L] = StampRegistry()
+
+    def _open(self, client: C, max_age: float, description: str, session_id: str) -> S:
+        """The application's session on ``client`` (the face's call)."""
+        raise NotImplementedError
+
+    def lock_set(self, locks: Mapping[str, str] | Iterable[tuple[str, str]]) -> L:
+        """A lock object for the set ``locks`` in this application's session."""
+        on_lost, min_uptime, min_trust = self._options
+        return self._lock_set(
+            self.session,
+            self.namespace,
+            locks,
+            on_lost=on_lost,
+            min_uptime=min_uptime,
+            min_trust=min_trust,
+        )
+
+    def stamps(self) -> list[str]:
+        """The stamps handed out and not released."""
+        return self._stamps.stamps()
+
+    def _granted(self, lock_set: L) -> str:
+        """Remember a granted set; its stamp."""
+        stamp = lock_set.ticket
+        assert stamp is not None
+        self._stamps.add(stamp, lock_set)
+        return stamp
+
+    def _forget_all(self) -> None:
+        """Forget every stamp (the session is about to end, taking their entries)."""
+        for lock_set in self._stamps.take_all():
+            lock_set._forget()
+
+    def _end_failed(self, error: LockClientError, exc: BaseException | None) -> None:
+        """Ending the session at the end of a ``with`` block failed with ``error``: raise it,
+        unless the block itself raised ``exc`` (then log it; the session expires anyway)."""
+        if exc is None:
+            raise error
+        log.warning(
+            "ending MultiLock session %s failed", app_session_id(self.app_id), exc_info=error
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self.namespace} app={self.app_id} stamps={len(self._stamps)}>"
+        )

@@ -1,9 +1,11 @@
 """The sync face of the recipes: blocking calls over a :class:`~client.Session`.
 
-Why: the transactions and the grant bookkeeping are shared (``_kinds``, ``_base``); this
-module only sends them and signals a loss with a ``threading.Event``. Each public class is
-``<Kind>[Session] + SyncLock`` and adds nothing but its docstring (and, for the task claim,
-the final state of ``release``).
+Why: the transactions (``_kinds``), the grant bookkeeping (``_base``) and the operations
+(``_ops``: acquire with its wait loop and cleanup, release, probe, refresh, leaving a
+``with`` block) are written once for both faces; this module only **drives** those
+operations with blocking calls (:meth:`SyncLock._drive`) and signals a loss with a
+``threading.Event``. Each public class is ``<Kind>[Session] + SyncLock`` and adds nothing but
+its docstring (and, for the task claim, the final state of ``release``).
 
 Lost locks on this face: ``LockLost`` events are dispatched by whichever thread reads the
 connection (there is no background reader, docs/client.md), so ``lock.lost`` flips when some
@@ -16,18 +18,18 @@ The loss is then raised as :class:`LockLostError` by the next operation on the l
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from collections.abc import Iterable, Mapping
 from time import monotonic
 from types import TracebackType
 from typing import Self
 
-from client._errors import ClientClosed, LockClientError, ServerError
+from client._errors import LockClientError
 from client._sync import LockClient
 from client._sync_session import Session
 
-from ._base import LockCore, LockLostError, NotAcquired, OnLost, max_wait_of
+from . import _ops
+from ._base import LockCore, NotAcquired
 from ._kinds import (
     LockSetKind,
     MutexKind,
@@ -36,9 +38,8 @@ from ._kinds import (
     TaskClaimKind,
     TimeWindowKind,
     WriteKind,
-    task_state,
 )
-from ._multi import StampRegistry, app_session_id
+from ._multi import MultiLockBase, ReadWriteBase
 
 __all__ = [
     "LockSet",
@@ -53,11 +54,21 @@ __all__ = [
     "WriteLock",
 ]
 
-log = logging.getLogger("client.recipes")
-
 
 class SyncLock(LockCore[Session]):
     """The blocking lock interface every sync recipe has (``threading.Lock`` conventions)."""
+
+    _clock = staticmethod(monotonic)
+
+    def _drive(self, op: _ops.Op[_ops.T]) -> _ops.T:
+        """Run an operation of ``_ops`` to its end with blocking calls."""
+        run = _ops.Run(op, monotonic)
+        while (step := run.next()) is not None:
+            try:
+                run.value = step.run(self._session, self.namespace)
+            except BaseException as exc:
+                run.error = exc
+        return run.result
 
     def _new_grant(self) -> None:
         self._lost_signal = threading.Event()
@@ -82,44 +93,18 @@ class SyncLock(LockCore[Session]):
         errors. After a timeout, cancellation or lost connection whose outcome is unknown,
         whatever may have been granted is released before the error propagates.
         """
-        plan = self._start_acquire(blocking, timeout, monotonic())
-        session = self._session
-        try:
-            while True:
-                sent_at = monotonic()
-                result = session.execute(
-                    self.namespace,
-                    plan.statements,
-                    min_uptime=self.min_uptime,
-                    min_trust=self.min_trust,
-                    wait=plan.wait(sent_at, max_wait_of(session.client.welcome.limits)),
-                )
-                done = self._attempt_done(plan, result, sent_at, monotonic())
-                if done is not None:
-                    return done
-        except BaseException as exc:
-            self._abandon_acquire()
-            if not isinstance(exc, (ServerError, ClientClosed)):
-                try:
-                    session.execute(self.namespace, self._cleanup_statements(plan.ticket))
-                except LockClientError:
-                    log.warning("cleanup after a failed acquire of %r failed", self, exc_info=True)
-            raise
+        return self._drive(_ops.acquire(self, blocking, timeout))
 
     def release(self) -> bool:
         """Release in one transaction; True when this grant's entries were removed. False
         (without a call) when not held. Raises LockLostError when the grant was lost (the
         local state is cleared either way)."""
-        statements = self._start_release()
-        if statements is None:
-            return False
-        return self._release_done(self._session.execute(self.namespace, statements))
+        return self._drive(_ops.release(self))
 
     def locked(self) -> bool:
         """True when an acquire by this session would not succeed right now (held by someone,
         this object included). One transaction that changes nothing."""
-        statements = self._probe_statements()
-        return self._probe_locked(self._session.execute(self.namespace, statements), statements)
+        return self._drive(_ops.locked(self))
 
     def check(self) -> None:
         """Raise LockLostError if the current grant has been lost. Reads the events that have
@@ -132,17 +117,7 @@ class SyncLock(LockCore[Session]):
         """Confirm with the server that the grant is still there, and move ``valid_for()``
         forward (the session was just touched). Raises LockLostError when it is gone. No-op
         when not held."""
-        statements = self._refresh_statements()
-        if statements is None:
-            return
-        sent_at = monotonic()
-        self._refresh_done(self._session.execute(self.namespace, statements), sent_at)
-
-    def valid_for(self) -> float:
-        """Seconds the grant is certainly still valid, computed from the server's replies
-        without comparing clocks (0.0 when not held or lost). Keepalive pings extend the
-        session without this object seeing them: call ``refresh()`` to update it."""
-        return self._valid_for(monotonic())
+        self._drive(_ops.refresh(self))
 
     def __enter__(self) -> Self:
         if not self.acquire():
@@ -155,22 +130,7 @@ class SyncLock(LockCore[Session]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._prepare_exit(exc is not None)
-        if not self.RELEASE_ON_EXIT:
-            lost = self.held and self.lost
-            info = self.lost_event_info
-            self._forget()
-            if lost and exc is None:
-                raise LockLostError(self, info)
-            return
-        if exc is None:
-            self.release()
-            return
-        try:
-            self.release()
-        except LockClientError:
-            # Do not mask the body's exception; the session's expiry frees the lock anyway.
-            log.warning("releasing %r after an error failed", self, exc_info=True)
+        self._drive(_ops.exit_block(self, exc is not None))
 
 
 class Mutex(MutexKind[Session], SyncLock):
@@ -225,50 +185,19 @@ class StateLock(TaskClaimKind[Session], SyncLock):
     def state(self) -> str:
         """The task's state now: ``in_progress`` while claimed (by anyone), else the newest
         final state recorded (``done`` when none)."""
-        r = self._session.execute(self.namespace, self._state_statements())
-        return task_state(r.get("claim"), r.get("states"))
+        return self._drive(_ops.state(self))
 
 
-class ReadWriteLock:
+class ReadWriteLock(ReadWriteBase[Session, ReadLock, WriteLock]):
     """Many readers or one writer (seed 000), **writer preference**: a waiting writer stops
     new readers, so writers cannot starve. ``rw.read`` and ``rw.write`` are the two locks
     (each one holder, with the whole lock interface)."""
 
-    def __init__(
-        self,
-        session: Session,
-        namespace: str,
-        name: str,
-        *,
-        on_lost: OnLost | None = None,
-        min_uptime: float = 0.0,
-        min_trust: float = 0.0,
-        description: str = "",
-    ) -> None:
-        self.read = ReadLock(
-            session,
-            namespace,
-            name,
-            on_lost=on_lost,
-            min_uptime=min_uptime,
-            min_trust=min_trust,
-            description=description,
-        )
-        self.write = WriteLock(
-            session,
-            namespace,
-            name,
-            on_lost=on_lost,
-            min_uptime=min_uptime,
-            min_trust=min_trust,
-            description=description,
-        )
-
-    def __repr__(self) -> str:
-        return f"<ReadWriteLock {self.read.namespace}/{self.read.name}>"
+    _read_lock = ReadLock
+    _write_lock = WriteLock
 
 
-class MultiLock:
+class MultiLock(MultiLockBase[LockClient, Session, LockSet]):
     """Seed 003's lock service for one application: ``MultiLock(client, namespace, app_id,
     *, max_age=60.0, ...)``.
 
@@ -279,37 +208,12 @@ class MultiLock:
     a context manager to end the session on exit.
     """
 
-    def __init__(
-        self,
-        client: LockClient,
-        namespace: str,
-        app_id: str,
-        *,
-        max_age: float = 60.0,
-        on_lost: OnLost | None = None,
-        min_uptime: float = 0.0,
-        min_trust: float = 0.0,
-    ) -> None:
-        self.client = client
-        self.app_id = app_id
-        self.namespace = namespace
-        self.session = client.session(
-            max_age=max_age, description=f"MultiLock {app_id}", session_id=app_session_id(app_id)
-        )
-        self._options = (on_lost, min_uptime, min_trust)
-        self._stamps: StampRegistry[LockSet] = StampRegistry()
+    _lock_set = LockSet
 
-    def lock_set(self, locks: Mapping[str, str] | Iterable[tuple[str, str]]) -> LockSet:
-        """A lock object for the set ``locks`` in this application's session."""
-        on_lost, min_uptime, min_trust = self._options
-        return LockSet(
-            self.session,
-            self.namespace,
-            locks,
-            on_lost=on_lost,
-            min_uptime=min_uptime,
-            min_trust=min_trust,
-        )
+    def _open(
+        self, client: LockClient, max_age: float, description: str, session_id: str
+    ) -> Session:
+        return client.session(max_age=max_age, description=description, session_id=session_id)
 
     def try_locks(
         self,
@@ -321,12 +225,7 @@ class MultiLock:
         """Take every lock of ``locks`` or none, in one transaction; the stamp, or None when
         not granted. Tries once unless ``blocking`` (then as ``acquire``)."""
         lock_set = self.lock_set(locks)
-        if not lock_set.acquire(blocking, timeout):
-            return None
-        stamp = lock_set.stamp
-        assert stamp is not None
-        self._stamps.add(stamp, lock_set)
-        return stamp
+        return self._granted(lock_set) if lock_set.acquire(blocking, timeout) else None
 
     def release_locks(self, stamp: str) -> None:
         """Release the set ``stamp`` names, in one transaction. UnknownStamp when this
@@ -334,21 +233,15 @@ class MultiLock:
         set was lost meanwhile."""
         self._stamps.pop(stamp).release()
 
-    def stamps(self) -> list[str]:
-        """The stamps handed out and not released."""
-        return self._stamps.stamps()
-
     def release_all(self) -> bool:
         """End the application's session: every lock it holds is removed at once (also those
         of a crashed instance with the same app id). True when the session existed."""
-        for lock_set in self._stamps.take_all():
-            lock_set._forget()
+        self._forget_all()
         return self.client.end_session(self.session.id)
 
     def close(self) -> None:
         """End the session (releasing everything); stamps are forgotten."""
-        for lock_set in self._stamps.take_all():
-            lock_set._forget()
+        self._forget_all()
         self.session.end()
 
     def __enter__(self) -> MultiLock:
@@ -360,13 +253,7 @@ class MultiLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is None:
-            self.close()
-            return
         try:
             self.close()
-        except LockClientError:
-            log.warning("ending MultiLock session %s failed", self.session.id, exc_info=True)
-
-    def __repr__(self) -> str:
-        return f"<MultiLock {self.namespace} app={self.app_id} stamps={len(self._stamps)}>"
+        except LockClientError as error:
+            self._end_failed(error, exc)

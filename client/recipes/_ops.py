@@ -1,0 +1,233 @@
+"""The recipes' operations written once, as plain logic that both faces drive.
+
+Why: acquiring (with its retry/wait loop and the cleanup after a failure), releasing, probing,
+refreshing and leaving a ``with`` block are the same decisions on the sync and the async
+face; only "send this transaction" and "what time is it" differ. As psycopg does for its
+protocol exchanges, each operation here is a generator that **yields a step** and receives
+its outcome; it never touches a socket, a thread or an event loop. A face's driver
+(``SyncLock._drive`` in ``_sync``, ``AsyncLock._drive`` in ``_async``) runs the steps:
+
+- :data:`NOW` -> the driver sends back its clock's time (``time.monotonic`` on the sync face,
+  the event loop's clock on the async face).
+- :class:`Execute` -> the driver runs the statements in the lock's session and namespace and
+  sends back the :class:`~client.Result`, or throws the call's exception into the generator.
+  A ``cleanup`` step is one that must finish even when the caller is being cancelled: the
+  async driver shields it and bounds it by ``CLEANUP_TIMEOUT`` (sending back None when that
+  runs out); the sync driver runs it as any other.
+
+The generator's return value is the operation's result. The grant bookkeeping the steps feed
+(``_start_acquire``, ``_attempt_done``, ``_release_done``...) is :class:`~._base.LockCore`'s.
+
+Rules kept (see ``_base`` for the rest):
+- Blocking acquires never poll: each attempt asks the server to park the transaction up to
+  its ``max_wait`` (the client's Welcome limits), or up to what is left of the caller's
+  timeout; only an attempt that ran out of server wait is sent again.
+- An acquire that ends with an exception whose outcome is unknown (a timeout, a
+  cancellation, a lost connection; not a ServerError or ClientClosed, which say nothing was
+  granted) releases whatever it may have been granted, in a cleanup step, before the
+  exception propagates; a failing cleanup is logged, never raised over the original.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Generator
+from typing import Any, Generic, TypeVar
+
+from client._errors import ClientClosed, LockClientError, ServerError
+from client._result import Result
+from protocol import Statement
+
+from ._base import LockCore, LockLostError, max_wait_of
+from ._kinds import TaskClaimKind, task_state
+
+__all__ = [
+    "NOW",
+    "Execute",
+    "Now",
+    "Op",
+    "Run",
+    "Step",
+    "acquire",
+    "exit_block",
+    "locked",
+    "refresh",
+    "release",
+    "state",
+]
+
+log = logging.getLogger("client.recipes")
+
+T = TypeVar("T")
+
+
+class Now:
+    """The step "send me the time" (use the singleton :data:`NOW`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOW"
+
+
+NOW = Now()
+
+
+class Execute:
+    """The step "run these statements in the lock's session and namespace"."""
+
+    __slots__ = ("cleanup", "min_trust", "min_uptime", "statements", "wait")
+
+    def __init__(
+        self,
+        statements: list[Statement],
+        *,
+        wait: float | None = None,
+        min_uptime: float = 0.0,
+        min_trust: float = 0.0,
+        cleanup: bool = False,
+    ) -> None:
+        self.statements = statements
+        self.wait = wait
+        self.min_uptime = min_uptime
+        self.min_trust = min_trust
+        self.cleanup = cleanup
+
+    def __repr__(self) -> str:
+        return f"<Execute {len(self.statements)} statement(s) wait={self.wait}>"
+
+    def run(self, session: Any, namespace: str) -> Any:
+        """``session.execute(...)`` of this step: a Result (sync face), or an awaitable of it
+        (async face)."""
+        return session.execute(
+            namespace,
+            self.statements,
+            min_uptime=self.min_uptime,
+            min_trust=self.min_trust,
+            wait=self.wait,
+        )
+
+
+Step = Now | Execute
+#: An operation: yields steps, receives their outcomes, returns its result.
+Op = Generator[Step, Any, T]
+
+
+class Run(Generic[T]):
+    """One operation being driven: ``next()`` gives the next Execute step (answering
+    :data:`NOW` steps from ``clock`` itself) or None once the operation has returned
+    (``result``). The driver sets ``value`` (the step's outcome) or ``error`` (its
+    exception) before the next ``next()``; neither: None is sent."""
+
+    __slots__ = ("clock", "error", "op", "result", "value")
+
+    def __init__(self, op: Op[T], clock: Callable[[], float]) -> None:
+        self.op = op
+        self.clock = clock
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.result: T
+
+    def next(self) -> Execute | None:
+        op = self.op
+        value, error = self.value, self.error
+        self.value = self.error = None
+        try:
+            while True:
+                step = op.send(value) if error is None else op.throw(error)
+                if type(step) is Execute:
+                    return step
+                value, error = self.clock(), None
+        except StopIteration as stop:
+            self.result = stop.value
+            return None
+
+
+def acquire(lock: LockCore[Any], blocking: bool, timeout: float | None) -> Op[bool]:
+    """``acquire(blocking, timeout)``: True when granted, False when not (busy, refused,
+    timed out on the server). See the faces' docstrings for the contract."""
+    plan = lock._start_acquire(blocking, timeout, (yield NOW))
+    try:
+        while True:
+            sent_at = yield NOW
+            result = yield Execute(
+                plan.statements,
+                min_uptime=lock.min_uptime,
+                min_trust=lock.min_trust,
+                wait=plan.wait(sent_at, max_wait_of(lock.session.client.welcome.limits)),
+            )
+            done = lock._attempt_done(plan, result, sent_at, (yield NOW))
+            if done is not None:
+                return done
+    except GeneratorExit:  # pragma: no cover - a driver never drops an operation midway
+        raise
+    except BaseException as exc:
+        lock._abandon_acquire()
+        if not isinstance(exc, (ServerError, ClientClosed)):
+            try:
+                yield Execute(lock._cleanup_statements(plan.ticket), cleanup=True)
+            except LockClientError:
+                log.warning("cleanup after a failed acquire of %r failed", lock, exc_info=True)
+        raise
+
+
+def release(lock: LockCore[Any]) -> Op[bool]:
+    """``release()``: True when this grant's entries were removed; False without a call when
+    not held; LockLostError when the grant was lost."""
+    statements = lock._start_release()
+    if statements is None:
+        return False
+    result: Result = yield Execute(statements)
+    return lock._release_done(result)
+
+
+def exit_block(lock: LockCore[Any], failed: bool) -> Op[None]:
+    """Leaving a ``with`` block (``failed``: the block raised): release (a cleanup step:
+    shielded on the async face), or just forget the grant for a lock that is not released
+    on exit (a time window). Raises LockLostError when the grant was lost and the block did
+    not fail; a failing release after a failed block is logged, not raised over the block's
+    exception."""
+    lock._prepare_exit(failed)
+    if not lock.RELEASE_ON_EXIT:
+        lost = lock.held and lock.lost
+        info = lock.lost_event_info
+        lock._forget()
+        if lost and not failed:
+            raise LockLostError(lock, info)
+        return
+    try:
+        statements = lock._start_release()
+        if statements is None:
+            return
+        result = yield Execute(statements, cleanup=True)
+        if result is not None:  # None: the bounded cleanup ran out; the session's expiry frees it
+            lock._release_done(result)
+    except LockClientError:
+        if not failed:
+            raise
+        # Do not mask the body's exception; the session's expiry frees the lock anyway.
+        log.warning("releasing %r after an error failed", lock, exc_info=True)
+
+
+def locked(lock: LockCore[Any]) -> Op[bool]:
+    """``locked()``: True when an acquire by this session would not succeed now; one
+    transaction that changes nothing."""
+    statements = lock._probe_statements()
+    result: Result = yield Execute(statements)
+    return lock._probe_locked(result, statements)
+
+
+def refresh(lock: LockCore[Any]) -> Op[None]:
+    """``refresh()``: confirm the grant with the server and move ``valid_for()`` forward;
+    LockLostError when it is gone; nothing when not held."""
+    statements = lock._refresh_statements()
+    if statements is None:
+        return
+    sent_at = yield NOW
+    lock._refresh_done((yield Execute(statements)), sent_at)
+
+
+def state(lock: TaskClaimKind[Any]) -> Op[str]:
+    """``StateLock.state()``: the task's state now."""
+    result: Result = yield Execute(lock._state_statements())
+    return task_state(result.get("claim"), result.get("states"))

@@ -1,0 +1,212 @@
+"""The recipes' operations (``client.recipes._ops``) driven by hand, with no socket, thread or
+event loop: the steps they yield, the outcomes they digest, their retry/wait loop, the cleanup
+after a failure, and one whole acquire/release run by ``Run`` over an in-memory session."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import pytest
+
+from client import ClientTimeout, ErrorCode, Mutex, Result, ServerError
+from client._core import ClientCore, SessionState
+from client.recipes import _ops
+from client.recipes._base import LockLostError
+from protocol import Cause, Status, TransactionResult
+
+
+class _Welcome:
+    limits: ClassVar[dict[str, float]] = {"max_wait": 30.0}
+
+
+class _Client:
+    welcome = _Welcome()
+
+
+class FakeSession(SessionState):
+    """A session of no client: only what the operations read (``client.welcome.limits``,
+    the lost listeners)."""
+
+    client = _Client()
+
+    def __init__(self) -> None:
+        super().__init__(ClientCore("ops"), "s1", 60.0, "", True)
+
+
+def result(ok: bool, *, fence: int = 7, cause: Cause = Cause.STATEMENT, data: Any = ()) -> Result:
+    return Result(
+        TransactionResult(
+            Status.TRANSACTION_OK if ok else Status.TRANSACTION_ERROR,
+            Cause.UNSPECIFIED if ok else cause,
+            "tx",
+            "host",
+            10.0,
+            1.0,
+            None if ok else "0:/AssertOp/",
+            tuple(data),
+            fence,
+            40.0 if ok else None,
+        )
+    )
+
+
+def released(*values: bool) -> Result:
+    return result(True, data=[("released", v) for v in values])
+
+
+def mutex() -> Mutex:
+    return Mutex(FakeSession(), "ns", "m", min_uptime=2.0, min_trust=0.5)  # type: ignore[arg-type]
+
+
+def first_execute(op: _ops.Op[Any], now: float) -> _ops.Execute:
+    """Start ``op`` and answer its clock steps with ``now`` until it wants a call."""
+    step = next(op)
+    while step is _ops.NOW:
+        step = op.send(now)
+    assert isinstance(step, _ops.Execute)
+    return step
+
+
+def test_a_blocking_acquire_waits_on_the_server_and_asks_again_until_its_timeout() -> None:
+    """Each attempt asks the server to wait for what is left of the timeout (capped by the
+    welcome's max_wait) with the lock's contract; a busy answer before the deadline sends
+    another attempt, a grant ends the operation with the fence recorded."""
+    lock = mutex()
+    op = _ops.acquire(lock, True, 5.0)
+    step = first_execute(op, 100.0)
+    assert (step.wait, step.min_uptime, step.min_trust, step.cleanup) == (5.0, 2.0, 0.5, False)
+    assert op.send(result(False)) is _ops.NOW  # the time the answer came
+    step = op.send(103.0)
+    assert step is _ops.NOW  # the next attempt's send time
+    step = op.send(103.0)
+    assert isinstance(step, _ops.Execute) and step.wait == 2.0
+    assert op.send(result(True, fence=9)) is _ops.NOW
+    with pytest.raises(StopIteration) as done:
+        op.send(104.0)
+    assert done.value.value is True
+    assert lock.held and lock.fence == 9
+
+
+def test_a_busy_answer_after_the_deadline_gives_up() -> None:
+    """A busy answer that arrives after the caller's deadline returns False; nothing is
+    held and nothing is being acquired (a new acquire is allowed)."""
+    lock = mutex()
+    op = _ops.acquire(lock, True, 1.0)
+    first_execute(op, 100.0)
+    op.send(result(False))
+    with pytest.raises(StopIteration) as done:
+        op.send(101.5)
+    assert done.value.value is False and not lock.held
+    first_execute(_ops.acquire(lock, False, None), 200.0)  # not "already being acquired"
+
+
+def test_a_try_lock_asks_once_without_wait_and_a_refusal_is_a_result() -> None:
+    """blocking=False: one attempt with no server wait; a refusal for the contract
+    (MINIMUM_REQUIREMENTS) is False, never another attempt."""
+    lock = mutex()
+    op = _ops.acquire(lock, False, None)
+    assert first_execute(op, 0.0).wait is None
+    op.send(result(False, cause=Cause.MINIMUM_REQUIREMENTS))
+    with pytest.raises(StopIteration) as done:
+        op.send(0.5)
+    assert done.value.value is False
+    assert lock.last_result is not None and lock.last_result.cause is Cause.MINIMUM_REQUIREMENTS
+
+
+def test_an_unknown_outcome_is_cleaned_up_before_the_error_propagates() -> None:
+    """An attempt that failed with an unknown outcome (a timeout) yields one cleanup step
+    that deletes whatever the attempt's ticket may hold, then re-raises the error."""
+    lock = mutex()
+    op = _ops.acquire(lock, True, None)
+    attempt = first_execute(op, 0.0)
+    timeout = ClientTimeout("no reply")
+    cleanup = op.throw(timeout)
+    assert isinstance(cleanup, _ops.Execute) and cleanup.cleanup and cleanup.wait is None
+    ticket = attempt.statements[0].condition.value  # type: ignore[attr-defined]
+    assert [s.operator.value for s in cleanup.statements] == [ticket]  # type: ignore[attr-defined]
+    with pytest.raises(ClientTimeout) as raised:
+        op.send(None)  # the bounded cleanup ran out: the error still propagates
+    assert raised.value is timeout
+    assert not lock.held
+
+
+def test_a_server_error_needs_no_cleanup(caplog: pytest.LogCaptureFixture) -> None:
+    """A ServerError says nothing ran: it propagates at once, without a cleanup step; a
+    cleanup that fails itself is logged and the original error still propagates."""
+    op = _ops.acquire(mutex(), True, None)
+    first_execute(op, 0.0)
+    refused = ServerError(ErrorCode.TOO_MANY_OPS, "no")
+    with pytest.raises(ServerError) as raised:
+        op.throw(refused)
+    assert raised.value is refused
+
+    lock = mutex()
+    op = _ops.acquire(lock, True, None)
+    first_execute(op, 0.0)
+    op.throw(ClientTimeout("first"))
+    with caplog.at_level(logging.WARNING, "client.recipes"), pytest.raises(ClientTimeout):
+        op.throw(ClientTimeout("cleanup"))
+    assert "cleanup after a failed acquire" in caplog.text
+
+
+def test_leaving_a_block_releases_and_reports_a_loss_unless_the_block_failed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """exit_block releases in a cleanup step; a release that finds the grant gone raises
+    LockLostError after a clean block, and is only logged after a failed one."""
+    for failed in (False, True):
+        lock = mutex()
+        acquire = _ops.acquire(lock, False, None)
+        first_execute(acquire, 0.0)
+        acquire.send(result(True))
+        with pytest.raises(StopIteration):
+            acquire.send(0.0)
+        op = _ops.exit_block(lock, failed)
+        step = next(op)
+        assert isinstance(step, _ops.Execute) and step.cleanup
+        with caplog.at_level(logging.WARNING, "client.recipes"):
+            if failed:
+                with pytest.raises(StopIteration):
+                    op.send(released(False))
+                assert "releasing" in caplog.text
+            else:
+                with pytest.raises(LockLostError):
+                    op.send(released(False))
+        assert not lock.held
+
+
+def test_run_drives_a_whole_acquire_and_release_in_memory() -> None:
+    """``Run`` answers clock steps from its clock and hands out only Execute steps; an
+    in-memory "server" is enough to acquire, probe, refresh and release a Mutex."""
+    lock = mutex()
+    clock = iter(float(t) for t in range(100))
+    calls: list[_ops.Execute] = []
+
+    def drive(op: _ops.Op[Any], answer: Result) -> Any:
+        run = _ops.Run(op, lambda: next(clock))
+        while (step := run.next()) is not None:
+            calls.append(step)
+            run.value = answer
+        return run.result
+
+    assert drive(_ops.acquire(lock, True, None), result(True, fence=3)) is True
+    assert lock.fence == 3 and calls[-1].wait == 30.0  # the welcome's max_wait
+    assert drive(_ops.locked(lock), result(False)) is True  # fails at the first assert
+    assert drive(_ops.refresh(lock), result(True)) is None
+    assert drive(_ops.release(lock), released(True)) is True
+    assert not lock.held
+    assert drive(_ops.release(lock), released(True)) is False  # not held: no call
+    assert len(calls) == 4
+
+
+def test_run_throws_a_call_error_into_the_operation() -> None:
+    """An error the driver reports (``run.error``) is raised inside the operation, which
+    runs its cleanup step and re-raises it out of ``next()``."""
+    run = _ops.Run(_ops.acquire(mutex(), True, None), lambda: 0.0)
+    assert run.next() is not None
+    run.error = ClientTimeout("x")
+    cleanup = run.next()
+    assert cleanup is not None and cleanup.cleanup
+    with pytest.raises(ClientTimeout):
+        run.next()
