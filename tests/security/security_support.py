@@ -1,24 +1,24 @@
-"""Helpers of the security tests: a real server, and a raw wire client (for what the client
-library hides: the exact error and the server closing the connection)."""
+"""Helpers of the security tests: ``start_server`` (the suite's one helper, tests/support.py,
+with this folder's base config bound), and a raw wire client (for what the client library
+hides: the exact error and the server closing the connection)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
-import attrs
+import support
 import trio
 
-from lockserver import RunningServer, ServerConfig, serve
+from lockserver import RunningServer, ServerConfig
 from protocol import Connection, Hello, Reply, Role
 
+#: 127.0.0.1, port 0, the default log level; tests add TLS and tokens as overrides.
 TEST_CONFIG = ServerConfig(host="127.0.0.1", port=0)
 
-
-async def start_server(nursery: trio.Nursery, **overrides: Any) -> RunningServer:
-    """``serve`` in ``nursery`` on 127.0.0.1, port 0, with ``overrides``."""
-    running: RunningServer = await nursery.start(serve, attrs.evolve(TEST_CONFIG, **overrides))
-    return running
+#: ``await start_server(nursery, **overrides)``: TEST_CONFIG plus ``overrides``.
+start_server = functools.partial(support.start_server, config=TEST_CONFIG)
 
 
 class Raw:

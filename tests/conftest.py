@@ -1,0 +1,61 @@
+"""Fixtures every test folder shares: a real server in the test's trio run (``server``), in a
+thread of its own (``threaded_server``, ``mock_threaded_server``) and a jumpable clock.
+
+Being in tests/ (a folder without ``__init__.py``), this file also puts tests/ on
+``sys.path``, so test modules and folder conftests import the helpers as ``support``. A
+folder whose servers need other defaults overrides ``server_config``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import trio
+import trio.testing
+from support import TEST_CONFIG, ThreadedServer, start_server
+
+from lockserver import RunningServer, ServerConfig
+
+
+@pytest.fixture
+def server_config() -> ServerConfig:
+    """The base config of this folder's ``server`` and ``threaded_server`` fixtures."""
+    return TEST_CONFIG
+
+
+@pytest.fixture
+async def server(
+    nursery: trio.Nursery, server_config: ServerConfig
+) -> AsyncIterator[RunningServer]:
+    """A real server with ``server_config``, in the test's trio run."""
+    yield await start_server(nursery, config=server_config)
+
+
+@pytest.fixture
+def clock() -> trio.testing.MockClock:
+    """Virtual time that runs at real speed (so socket I/O and fail_after behave) and can be
+    jumped forward: ``clock.jump(61)`` skips a session's max age without sleeping. Tests that
+    take this fixture run under it (pytest-trio picks up any Clock fixture)."""
+    return trio.testing.MockClock(rate=1.0)
+
+
+@pytest.fixture
+def threaded_server(server_config: ServerConfig) -> Iterator[ThreadedServer[RunningServer]]:
+    """A real server in a thread of its own (port 0), stopped cleanly after the test."""
+    ts: ThreadedServer[RunningServer] = ThreadedServer(config=server_config).start()
+    try:
+        yield ts
+    finally:
+        ts.stop()
+
+
+@pytest.fixture
+def mock_threaded_server(server_config: ServerConfig) -> Iterator[ThreadedServer[RunningServer]]:
+    """A threaded server whose trio run uses a MockClock(rate=1.0): ``ts.jump(61)``."""
+    clock = trio.testing.MockClock(rate=1.0)
+    ts: ThreadedServer[RunningServer] = ThreadedServer(clock=clock, config=server_config).start()
+    try:
+        yield ts
+    finally:
+        ts.stop()
