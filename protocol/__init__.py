@@ -9,7 +9,6 @@ from ._codec import server_message_from_wire as server_message_from_wire
 from ._codec import server_message_to_wire as server_message_to_wire
 from ._codec import unpack as unpack
 from ._connection import Connection as Connection
-from ._connection import Role as Role
 from ._errors import ErrorCode as ErrorCode
 from ._errors import ProtocolError as ProtocolError
 from ._framing import DEFAULT_MAX_FRAME as DEFAULT_MAX_FRAME
@@ -17,6 +16,13 @@ from ._framing import HEADER_SIZE as HEADER_SIZE
 from ._framing import MAX_HELLO_FRAME as MAX_HELLO_FRAME
 from ._framing import FrameBuffer as FrameBuffer
 from ._framing import frame as frame
+from ._lifecycle import CLOSING_ERROR as CLOSING_ERROR
+from ._lifecycle import LIFECYCLE as LIFECYCLE
+from ._lifecycle import Lifecycle as Lifecycle
+from ._lifecycle import LifecycleError as LifecycleError
+from ._lifecycle import Role as Role
+from ._lifecycle import State as State
+from ._lifecycle import message_kind as message_kind
 from ._messages import DEFAULT_SESSION_MAX_AGE as DEFAULT_SESSION_MAX_AGE
 from ._messages import PROTOCOL_VERSION as PROTOCOL_VERSION
 from ._messages import Cancel as Cancel
@@ -87,6 +93,13 @@ __all__ = [
     "frame",
     "Connection",
     "Role",
+    # lifecycle
+    "State",
+    "Lifecycle",
+    "LifecycleError",
+    "LIFECYCLE",
+    "CLOSING_ERROR",
+    "message_kind",
     # errors
     "ErrorCode",
     "ProtocolError",

@@ -95,6 +95,15 @@ def test_role_values() -> None:
     assert {r.name: r.value for r in Role} == {"CLIENT": "client", "SERVER": "server"}
 
 
+def test_state_values() -> None:
+    """The lifecycle has exactly three states."""
+    assert {s.name: s.value for s in protocol.State} == {
+        "AWAITING_HELLO": "awaiting_hello",
+        "READY": "ready",
+        "CLOSED": "closed",
+    }
+
+
 def test_protocol_constants() -> None:
     """Version, default session max age, default frame limit and header size."""
     assert protocol.PROTOCOL_VERSION == 1
@@ -112,6 +121,13 @@ PUBLIC = {
     "frame",
     "Connection",
     "Role",
+    # lifecycle
+    "State",
+    "Lifecycle",
+    "LifecycleError",
+    "LIFECYCLE",
+    "CLOSING_ERROR",
+    "message_kind",
     # errors
     "ErrorCode",
     "ProtocolError",
