@@ -179,6 +179,14 @@ class _Fields:
             )
         return value
 
+    def session(self, max_name: int) -> Any:
+        """The ``session`` field: a str of at most ``max_name`` characters, not blank. (The
+        message names the wire field; SessionSpec's own check would say ``session_id``.)"""
+        value = self.text("session", limit=max_name, setting="max_name")
+        if type(value) is str and not value.strip():
+            raise self._fail("session must not be blank")
+        return value
+
     def number(self, key: str, default: Any = ...) -> Any:
         value = self.get(key, (int, float), default, "a number")
         if value is not None and type(value) is float and math.isnan(value):
@@ -492,7 +500,7 @@ def request_from_wire(wire: Any, limits: TreeLimits = DEFAULT_TREE_LIMITS) -> Re
             max_name = limits.max_name
             max_text = limits.max_text
             session = SessionSpec(
-                f.text("session", limit=max_name, setting="max_name"),
+                f.session(max_name),
                 f.number("max_age", DEFAULT_SESSION_MAX_AGE),
                 f.text("session_description", "", max_text, "max_text"),
             )
@@ -528,7 +536,7 @@ def request_from_wire(wire: Any, limits: TreeLimits = DEFAULT_TREE_LIMITS) -> Re
             f.done()
             return hello
         if kind == "end":
-            end = EndSession(rid, f.text("session", limit=limits.max_name, setting="max_name"))
+            end = EndSession(rid, f.session(limits.max_name))
             f.done()
             return end
         if kind == "stats":

@@ -293,7 +293,7 @@ REQUEST_CASES: list[tuple[str, Any, ErrorCode, str, int | None]] = [
         "blank-session",
         execute([], session=" "),
         E.INVALID_MESSAGE,
-        "execute: session_id must not be blank",
+        "execute: session must not be blank",
         7,
     ),
     (
@@ -307,7 +307,7 @@ REQUEST_CASES: list[tuple[str, Any, ErrorCode, str, int | None]] = [
         "end-blank-session",
         {"type": "end", "id": 4, "session": ""},
         E.INVALID_MESSAGE,
-        "end: session_id must not be blank",
+        "end: session must not be blank",
         4,
     ),
     (

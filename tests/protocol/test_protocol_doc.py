@@ -1,30 +1,42 @@
 """PROTOCOL.md stays true: its worked-example hex dumps are exactly what the codec produces,
-and its tables name every op, error code and field the codec knows."""
+its tables name every op, error code and field the codec knows, its lifecycle table is
+protocol.LIFECYCLE, its whitespace list is what "blank" means, and its limits table has every
+key a real server's welcome carries (the one test here that starts a server)."""
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+from support import start_server
 
 from protocol import (
+    CLOSING_ERROR,
+    LIFECYCLE,
     Assert,
     Cause,
     Connection,
+    EndSession,
     ErrorCode,
     Execute,
     Exists,
     Hello,
     Not,
+    ProtocolError,
     Reply,
     Role,
     SessionSpec,
     SetVar,
+    State,
     Status,
     Transaction,
     TransactionResult,
+    Welcome,
+    request_from_wire,
 )
 
 DOC = Path(__file__).resolve().parents[2] / "PROTOCOL.md"
@@ -132,3 +144,68 @@ def test_doc_names_every_wire_field() -> None:
     ]  # fmt: skip
     for field in fields:
         assert f"`{field}`" in text, field
+
+
+def test_no_stale_later_markers() -> None:
+    """Every feature PROTOCOL.md describes exists: no "(later)" marker is left."""
+    assert "(later)" not in doc_text()
+
+
+def test_lifecycle_table_is_the_code_s() -> None:
+    """The lifecycle table of §2 lists, per state, exactly the kinds protocol.LIFECYCLE allows
+    each side to send ("closing `error`" is CLOSING_ERROR)."""
+    text = doc_text()
+    for state in State:
+        row = re.search(rf"^\| `{state.name}` \| (.*?) \| (.*?) \| .* \|$", text, re.M)
+        assert row, state
+        for column, sender in ((1, Role.CLIENT), (2, Role.SERVER)):
+            kinds = {
+                CLOSING_ERROR if closing else kind
+                for closing, kind in re.findall(r"(closing )?`(\w+)`", row.group(column))
+            }
+            assert kinds == LIFECYCLE.allowed(sender, state), (state, sender)
+
+
+def test_whitespace_list_is_exactly_what_blank_means() -> None:
+    """The code points §1 calls whitespace are exactly those the codec strips when it decides
+    that a name is blank (str.isspace / str.strip)."""
+    match = re.search(r"which is exactly (.*?) \(U\+200B", doc_text(), re.S)
+    assert match
+    listed: set[int] = set()
+    for item in re.findall(r"U\+([0-9A-F]{4})(?:\u2013U\+([0-9A-F]{4}))?", match.group(1)):
+        first, last = int(item[0], 16), int(item[1] or item[0], 16)
+        listed.update(range(first, last + 1))
+    assert listed == {c for c in range(sys.maxunicode + 1) if chr(c).isspace()}
+    assert all(not chr(c).strip() for c in listed)
+    for c in listed:
+        wire = {"type": "end", "id": 1, "session": chr(c) * 2}
+        with pytest.raises(ProtocolError, match="end: session must not be blank"):
+            request_from_wire(wire)
+    assert request_from_wire({"type": "end", "id": 1, "session": "\u200b"}) == EndSession(
+        1, "\u200b"
+    )
+
+
+async def test_every_welcome_limit_is_documented_with_a_unit() -> None:
+    """The limits table of §4 has one row per key of a real server's welcome (and no other),
+    each with a unit and a meaning."""
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            server = await start_server(nursery)
+            stream = await trio.open_tcp_stream("127.0.0.1", server.port)
+            proto = Connection(Role.CLIENT, require_hello=True)
+            await stream.send_all(proto.send(Hello(0)))
+            reply = None
+            while reply is None:
+                proto.receive_data(await stream.receive_some(1 << 16))
+                reply = proto.next_message()
+            await stream.aclose()
+            nursery.cancel_scope.cancel()
+    assert isinstance(reply, Reply) and isinstance(reply.body, Welcome)
+    assert proto.state is State.READY
+    table = doc_text().split("The `limits` map", 1)[1].split("### `result`", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]*) \| ([^|]*) \|$", table, re.M)
+    assert {key for key, _, _ in rows} == set(reply.body.limits)
+    assert len(rows) == len(reply.body.limits)
+    for key, unit, meaning in rows:
+        assert unit.strip() and meaning.strip(), key
