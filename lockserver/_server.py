@@ -564,7 +564,7 @@ class Server:
     # --- statistics ---------------------------------------------------------------------------
 
     def statistics(self, now: float) -> dict[str, Any]:
-        core, losses = self.core.statistics(now)
+        core, losses = self.core.statistics(now, trust=self.trust.trust(now))
         self.requests.deliver(losses)  # sessions that expired as the counts were taken
         requests = self.requests
         return {

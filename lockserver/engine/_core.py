@@ -146,7 +146,7 @@ class LockCore:
         if authenticated:
             conflict = self._conflict(sid, principal, now)
             if conflict is not None:
-                return [((owner, request_id), conflict)]
+                return self._refuse(owner, request_id, conflict, now, trust)
         # The wait queue's tokens are this door's addresses: (owner, request id).
         answers: list[Output] = self.waits.submit(  # type: ignore[assignment]
             owner,
@@ -187,23 +187,24 @@ class LockCore:
     ) -> list[Output]:
         """End a session: its entries go, its other owners get a ``LockLost(ENDED)`` event,
         waiters it let run are answered, then ``owner`` gets ``SessionEnded`` (False: there
-        was no such session)."""
+        was no such session). What was due by ``now`` expires first, so a session whose max
+        age had passed is lost by every owner that used it, ``owner`` included."""
+        engine = self.engine
+        engine.sweep(now)
+        out: list[Output] = []
+        self._route_lost(out)
         if self._authenticated:
             conflict = self._conflict(session_id, principal, now)
             if conflict is not None:
-                return [((owner, request_id), conflict)]
+                out += self._refuse(owner, request_id, conflict, now, trust)
+                return out
         routes = self._routes.get(session_id)
         # Tell the session's other owners; the one ending it gets SessionEnded instead.
         notify = routes is not None and any(o != owner for o in routes)
         if routes is not None and owner in routes:
             self._unuse(owner, session_id, routes)
-        existed = self.engine.end_session(session_id, now=now, notify=notify)
-        out: list[Output] = (
-            self.waits.process(now=now, trust=trust)  # type: ignore[assignment]
-            if existed and len(self.waits)
-            else []
-        )
-        self._route_lost(out)
+        existed = engine.end_session(session_id, now=now, notify=notify)
+        self._settle(out, now, trust)
         out.append(((owner, request_id), _ENDED if existed else _NOT_ENDED))
         return out
 
@@ -273,19 +274,36 @@ class LockCore:
         """Seconds since start (what ``pong`` and every result carry)."""
         return self.engine.uptime(now)
 
-    def statistics(self, now: float) -> tuple[CoreStatistics, list[Output]]:
-        """The counts as of ``now``, and the losses taking them caused (sessions and entries
-        due by ``now`` are expired first, so the counts never include what is gone)."""
-        stats = CoreStatistics(
-            engine=self.engine.statistics(now),
-            waiting=self.waits.statistics(),
-            sessions_routed=len(self._routes),
-        )
+    def statistics(self, now: float, *, trust: float) -> tuple[CoreStatistics, list[Output]]:
+        """The counts as of ``now``, and what taking them caused: sessions and entries due by
+        ``now`` are expired first (the counts never include what is gone), their losses
+        routed and the waiters they free answered."""
+        engine = self.engine.statistics(now)
         out: list[Output] = []
-        self._route_lost(out)
+        self._settle(out, now, trust)
+        stats = CoreStatistics(
+            engine=engine, waiting=self.waits.statistics(), sessions_routed=len(self._routes)
+        )
         return stats, out
 
     # --- internals ----------------------------------------------------------------------------
+
+    def _settle(self, out: list[Output], now: float, trust: float) -> None:
+        """After a call that may have expired or freed something: the waiters that can run
+        now are answered, then the losses are routed (appended to ``out``)."""
+        if len(self.waits):
+            out += self.waits.process(now=now, trust=trust)  # type: ignore[arg-type]
+        self._route_lost(out)
+
+    def _refuse(
+        self, owner: Hashable, request_id: int, refusal: EngineError, now: float, trust: float
+    ) -> list[Output]:
+        """A refused request's outputs: what checking it expired (answers, losses), then the
+        refusal. It changed nothing else."""
+        out: list[Output] = []
+        self._settle(out, now, trust)
+        out.append(((owner, request_id), refusal))
+        return out
 
     def _conflict(self, session_id: str, principal: str, now: float) -> EngineError | None:
         """The refusal when ``session_id`` belongs to another principal, else None."""

@@ -128,7 +128,7 @@ class Door:
         return self._check(self.core.advance(now, trust=1.0))
 
     def statistics(self, now: float) -> tuple[Any, list[Output]]:
-        stats, outs = self.core.statistics(now)
+        stats, outs = self.core.statistics(now, trust=1.0)
         return stats, self._check(outs)
 
     def waiting(self, key: tuple[str, str, str] = KEY) -> list[Hashable]:
