@@ -1,5 +1,5 @@
-"""The lock server's Python client: a sync face (:class:`LockClient`) and a trio face
-(:func:`open_lock_client`) over one socket-free core. See docs/client.md."""
+"""The lock server's Python client: a sync face (:class:`LockClient`) and an async face for
+trio and asyncio (:func:`open_lock_client`) over one socket-free core. See docs/client.md."""
 
 from protocol import FALSE as FALSE
 from protocol import TRUE as TRUE

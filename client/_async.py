@@ -1,8 +1,12 @@
-"""The async (trio) face: one connection shared by any number of tasks, pipelined.
+"""The async face: one connection shared by any number of tasks, pipelined, on anyio (so it
+runs under trio and under asyncio alike).
 
 Why: many tasks of one program should share one connection with many requests in flight
 (64 tasks -> 64 requests on the wire, answered in any order), and a cancelled caller must never
-desynchronise the connection or receive someone else's reply.
+desynchronise the connection or receive someone else's reply. Written on anyio, the face runs
+in a trio program exactly as before and in an asyncio one (FastAPI, aiohttp...) the same way:
+tasks, cancel scopes, timeouts, the clock and socket readiness all come from anyio, which
+uses the running loop's own.
 
 Sessions (:class:`AsyncSession`, its execute/end, ``wait_lost`` and its keepalive task) are in
 ``_async_session.py``: they change with the session API, this module with the connection
@@ -12,25 +16,31 @@ implements (``core``, ``check_open``, ``request``, ``request_batch``, ``start_so
 public calls); this module imports the session module, never the other way round.
 
 Theory of operation:
-- A *reader task* (in the client's own nursery) reads the socket, feeds the core's
-  :class:`~client._wire.Wire` and hands each reply to the slot of the request with that id;
-  LockLost events go to the sessions' listeners from this task.
+- A *reader task* (in the client's own task group) reads the socket, feeds the core's
+  :class:`~client._wire.Wire` and hands each reply to the slot of the request with that id,
+  which wakes its caller; LockLost events go to the sessions' listeners from this task.
 - A caller registers its slot and writes its frame **in one synchronous step** (a plain
   non-blocking ``send`` on the socket; whatever the kernel does not take is queued in order and
   flushed by a writer task). There is no checkpoint between registering and writing, so a
-  request is either entirely queued or not at all, whatever cancellation does.
-- The caller then parks in ``wait_task_rescheduled``. If it is cancelled before its reply
-  arrives, its abort callback removes the slot from the table: the late reply is dropped by id.
-  If the request was a waiting Execute (``wait=``), a Cancel for it is written as well, so the
-  server does not keep it parked.
+  request is either entirely queued or not at all, whatever cancellation does. A write that
+  fails before any byte of it went out (the connection died and the reader has not noticed
+  yet) breaks the connection, and the request goes to a new one: nothing of it ran, as the
+  sync face also knows.
+- The caller then parks on its slot (``_loops``: the running loop's own parking, chosen once
+  per client, so the per-request path pays no anyio indirection; under trio it is
+  ``wait_task_rescheduled``). If it is cancelled before its reply arrives, it removes the
+  slot from the table: the late reply is dropped by id. If the request was a
+  waiting Execute (``wait=``), a Cancel for it is written as well, so the server does not keep
+  it parked. (Under asyncio a cancellation can land just after the reply did: that reply is
+  counted as dropped, and the caller sees the cancellation, as if it had come first.)
 - A batch (``execute_many``) is the same step for all its calls at once: every call is
   registered (one core ``Batch`` waiter for all), the frames go out in one write, and the
-  caller parks once; the reader reschedules it when the last call is settled. Its abort
-  callback abandons every call still in flight.
-- I/O: a stdlib socket in non-blocking mode driven by ``trio.lowlevel.wait_readable`` /
-  ``wait_writable`` (connected through ``trio.open_tcp_stream``, then detached). Measured
-  against ``trio.SocketStream`` with a send lock (benchmarks/client_rtt.py, report of issue #3):
-  the synchronous write saves a lock and two scheduler round trips per request.
+  caller waits once; the reader wakes it when the last call is settled. A cancelled
+  batch abandons every call still in flight.
+- I/O: a stdlib socket in non-blocking mode driven by ``anyio.wait_readable`` /
+  ``wait_writable`` (connected here, address by address). Measured against a stream with a
+  send lock (benchmarks/client_rtt.py, report of issue #3): the synchronous write saves a lock
+  and two scheduler round trips per request.
 - TLS (``ssl_context=``): the same socket wrapped by ``ssl_context.wrap_socket`` in
   non-blocking mode, the handshake driven by the same readiness waits; the loops below only
   add TLS's own "try again" exceptions to the plain ones, so the plain path is unchanged.
@@ -47,20 +57,23 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
-import outcome
-import trio
+import anyio
+import anyio.abc
+import anyio.lowlevel
 
 from protocol import Pong, Welcome
 
 from ._async_session import AsyncSession
 from ._core import ClientCore, ClientStatistics, handshake_error, not_sent
 from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
+from ._loops import Slot, hooks_for_running_loop
 from ._wire import END, HELLO, PING, RETRY, STATS, Batch, Wire
 
 __all__ = ["AsyncLockClient", "open_lock_client"]
@@ -74,14 +87,9 @@ _WOULD_BLOCK_READ = (BlockingIOError, ssl.SSLWantReadError)
 _WOULD_BLOCK_WRITE = (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError)
 
 
-class _Slot:
-    """Where a reply meets its caller: the parked task, or the outcome if it came first."""
-
-    __slots__ = ("outcome", "task")
-
-    def __init__(self) -> None:
-        self.task: trio.lowlevel.Task | None = None
-        self.outcome: outcome.Outcome[Any] | None = None
+class _NotSent(ConnectionLost):
+    """The connection broke on the very write of a request: nothing of it went out, so it is
+    safe to send on a new connection (``request`` / ``request_batch`` do)."""
 
 
 class _Connection:
@@ -89,7 +97,7 @@ class _Connection:
 
     __slots__ = ("broken", "outbuf", "sock", "wire")
 
-    def __init__(self, sock: socket.socket, wire: Wire[_Slot]) -> None:
+    def __init__(self, sock: socket.socket, wire: Wire[Slot]) -> None:
         self.sock = sock
         self.wire = wire
         self.outbuf = bytearray()  # bytes the kernel did not take yet; a writer task flushes
@@ -113,13 +121,14 @@ async def open_lock_client(
     the server name checked is ``host``).
 
     Raises :class:`ServerUnavailable` when no connection can be made. Calls have no timeout
-    of their own (a waiting Execute may be answered much later): bound them with trio's cancel
-    scopes, which is always safe (see the module docstring).
+    of their own (a waiting Execute may be answered much later): bound them with the event
+    loop's cancel scopes or timeouts (``trio.move_on_after``, ``anyio.fail_after``,
+    ``asyncio.timeout``), which is always safe (see the module docstring).
     """
     failure: BaseException | None = None
-    async with trio.open_nursery() as nursery:
+    async with anyio.create_task_group() as task_group:
         client = AsyncLockClient(
-            nursery,
+            task_group,
             host,
             port,
             client_name=client_name,
@@ -131,7 +140,7 @@ async def open_lock_client(
             await client._reconnect()
             yield client
         except BaseException as exc:
-            # Raised again below, outside the nursery, so it is not wrapped in an
+            # Raised again below, outside the task group, so it is not wrapped in an
             # ExceptionGroup (the client's own tasks never raise).
             failure = exc
         finally:
@@ -141,11 +150,12 @@ async def open_lock_client(
 
 
 class AsyncLockClient:
-    """A trio client; create it with :func:`open_lock_client`. Safe to share between tasks."""
+    """An async client (trio or asyncio); create it with :func:`open_lock_client`. Safe to
+    share between the tasks of its event loop."""
 
     def __init__(
         self,
-        nursery: trio.Nursery,
+        nursery: anyio.abc.TaskGroup,
         host: str,
         port: int,
         *,
@@ -166,11 +176,13 @@ class AsyncLockClient:
         self.port = port
         self.connect_timeout = float(connect_timeout)
         self.ssl_context = ssl_context
-        self._nursery = nursery
+        self._task_group = nursery
         self._core = ClientCore(client_name, token)
         self._conn: _Connection | None = None
-        self._connect_lock = trio.Lock()
+        self._connect_lock = anyio.Lock()
         self._closed = False
+        # The running loop's own clock, checkpoint and parking for the per-request path.
+        self._hooks = hooks_for_running_loop()
 
     # --- public API -------------------------------------------------------------------------------
 
@@ -235,15 +247,21 @@ class AsyncLockClient:
     # --- the session port (client._port.AsyncSessionPort): how an AsyncSession sends and runs
     # its keepalive; not for applications
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """Session port: the event loop's clock (``trio.current_time`` under trio), the one
+        the session's deadlines and the reconnect checks use."""
+        return self._hooks.now
+
     def check_open(self) -> None:
         """Session port: raise ClientClosed once the client is closed."""
         if self._closed:
             raise ClientClosed("the client is closed")
 
-    def start_soon(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
-        """Session port: run ``fn(*args)`` as a task of the client's own nursery (cancelled
-        when the client closes); it must not raise."""
-        self._nursery.start_soon(fn, *args)
+    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, object]], *args: object) -> None:
+        """Session port: run ``fn(*args)`` as a task of the client's own task group
+        (cancelled when the client closes); it must not raise."""
+        self._task_group.start_soon(fn, *args)
 
     async def request(self, kind: int, rid: int, data: bytes, cancel_on_abort: bool = False) -> Any:
         """Session port: send the framed request ``data`` (request id ``rid``, a
@@ -252,7 +270,7 @@ class AsyncLockClient:
         the connection drops under it. Cancelling the caller drops the late reply by id
         and, with ``cancel_on_abort`` (a waiting Execute), tells the server to stop
         waiting."""
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await self._hooks.checkpoint_if_cancelled()
         retried = False
         while True:
             conn = self._conn
@@ -261,6 +279,8 @@ class AsyncLockClient:
                 continue  # re-checked with no checkpoint before _call registers and writes
             try:
                 value = await self._call(conn, kind, rid, data, cancel_on_abort)
+            except _NotSent:
+                continue  # the connection broke on this write: send on a new one
             except ConnectionLost as exc:
                 if self._closed:
                     raise ClientClosed("the client was closed with the request in flight") from exc
@@ -277,34 +297,43 @@ class AsyncLockClient:
     async def _call(
         self, conn: _Connection, kind: int, rid: int, data: bytes, cancel_on_abort: bool
     ) -> Any:
-        """Register + write (one synchronous step), then park until resolved."""
-        slot = _Slot()
+        """Register + write (one synchronous step), then wait until resolved."""
+        slot = self._hooks.slot()
         wire = conn.wire
         wire.register(rid, kind, slot)
-        self._write(conn, data)
-        if slot.outcome is not None:  # resolved synchronously (the write broke the connection)
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            return slot.outcome.unwrap()
-        slot.task = trio.lowlevel.current_task()
+        if not self._write(conn, data):
+            raise _NotSent(f"the connection broke before request {rid} went out")
+        if slot.done:  # resolved synchronously (the write broke the connection)
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+            return slot.unwrap()
 
-        def abort(raise_cancel: Any) -> trio.lowlevel.Abort:
-            slot.task = None
+        def abandon() -> None:  # cancelled before the reply: it is dropped by id
             if wire.abandon(rid) and cancel_on_abort and conn.broken is None:
                 self._write(conn, self._core.cancel(rid)[1])  # its reply is dropped
-            return trio.lowlevel.Abort.SUCCEEDED
 
-        return await trio.lowlevel.wait_task_rescheduled(abort)
+        try:
+            await slot.wait(abandon)
+        except BaseException:
+            if slot.done:  # the reply came just before the cancellation (asyncio): unused
+                self._core.replies_dropped += 1
+            raise
+        return slot.unwrap()
 
     async def request_batch(self, rids: list[int], data: bytes) -> list[Any]:
         """Session port: send a batch's frames in one write and wait once for all its
         calls; the outcomes (Result or the call's exception) in call order. Reconnects first
         when needed; never re-sends (its calls are Executes)."""
-        await trio.lowlevel.checkpoint_if_cancelled()
-        conn = self._conn
-        while conn is None or conn.broken is not None:
-            await self._reconnect_to_send()
-            conn = self._conn  # re-checked with no checkpoint before registering and writing
-        outcomes = await self._call_batch(conn, rids, data)
+        await self._hooks.checkpoint_if_cancelled()
+        while True:
+            conn = self._conn
+            if conn is None or conn.broken is not None:
+                await self._reconnect_to_send()
+                continue  # re-checked with no checkpoint before registering and writing
+            try:
+                outcomes = await self._call_batch(conn, rids, data)
+            except _NotSent:
+                continue  # the connection broke on this write: send on a new one
+            break
         if self._closed:
             for item in outcomes:
                 if isinstance(item, ConnectionLost):
@@ -312,66 +341,57 @@ class AsyncLockClient:
         return outcomes
 
     async def _call_batch(self, conn: _Connection, rids: list[int], data: bytes) -> list[Any]:
-        """Register every call + one write (one synchronous step), then park until the last
+        """Register every call + one write (one synchronous step), then wait until the last
         call is settled: one wake-up for the whole batch."""
-        slot = _Slot()
+        slot = self._hooks.slot()
         batch = Batch(rids, slot)
         wire = conn.wire
         wire.register_batch(batch)
-        self._write(conn, data)
-        if slot.outcome is not None:  # resolved synchronously (the write broke the connection)
-            await trio.lowlevel.cancel_shielded_checkpoint()
-            return slot.outcome.unwrap()  # type: ignore[no-any-return]
-        slot.task = trio.lowlevel.current_task()
+        if not self._write(conn, data):
+            raise _NotSent(f"the connection broke before the batch from request {rids[0]} went out")
+        if slot.done:  # resolved synchronously (the write broke the connection)
+            await anyio.lowlevel.cancel_shielded_checkpoint()
+            return slot.unwrap()  # type: ignore[no-any-return]
+        try:
+            await slot.wait(lambda: wire.abandon_batch(batch))  # late replies dropped by id
+        except BaseException:
+            if slot.done:  # settled just before the cancellation (asyncio): unused
+                self._core.replies_dropped += len(rids)
+            raise
+        return slot.unwrap()  # type: ignore[no-any-return]
 
-        def abort(raise_cancel: Any) -> trio.lowlevel.Abort:
-            slot.task = None
-            wire.abandon_batch(batch)  # late replies are dropped by id
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
-
-    @staticmethod
-    def _resolve(slot: _Slot, value: Any, error: BaseException | None) -> None:
-        result: outcome.Outcome[Any] = (
-            outcome.Value(value) if error is None else outcome.Error(error)
-        )
-        task = slot.task
-        if task is None:
-            slot.outcome = result
-        else:
-            slot.task = None
-            trio.lowlevel.reschedule(task, result)
-
-    def _write(self, conn: _Connection, data: bytes) -> None:
-        """Queue ``data`` in order, synchronously; never blocks, never checkpoints."""
+    def _write(self, conn: _Connection, data: bytes) -> bool:
+        """Queue ``data`` in order, synchronously; never blocks, never checkpoints. False
+        when nothing of it went out because the connection is broken, or broke on this very
+        write (the break has resolved everything registered on it)."""
         if conn.broken is not None:
-            return
+            return False
         if conn.outbuf:
             conn.outbuf += data
-            return
+            return True
         try:
             sent = conn.sock.send(data)
         except _WOULD_BLOCK_WRITE:
             sent = 0
         except OSError as exc:
             self._break(conn, f"sending failed: {exc}")
-            return
+            return False
         if sent < len(data):
             conn.outbuf += memoryview(data)[sent:]
-            self._nursery.start_soon(self._writer, conn)
+            self._task_group.start_soon(self._writer, conn)
+        return True
 
     async def _writer(self, conn: _Connection) -> None:
         sock = conn.sock
         try:
             while conn.outbuf and conn.broken is None:
-                await trio.lowlevel.wait_writable(sock)
+                await anyio.wait_writable(sock)
                 try:
                     sent = sock.send(conn.outbuf)
                 except _WOULD_BLOCK_WRITE:
                     continue
                 del conn.outbuf[:sent]
-        except trio.ClosedResourceError:
+        except anyio.ClosedResourceError:
             pass  # broken meanwhile
         except OSError as exc:
             self._break(conn, f"sending failed: {exc}")
@@ -380,7 +400,6 @@ class AsyncLockClient:
         sock = conn.sock
         wire = conn.wire
         core = self._core
-        resolve = self._resolve
         reason = "the server closed the connection"
         reads = 0
         try:
@@ -388,16 +407,16 @@ class AsyncLockClient:
                 try:
                     data = sock.recv(_RECV_SIZE)
                 except _WOULD_BLOCK_READ:
-                    await trio.lowlevel.wait_readable(sock)
+                    await anyio.wait_readable(sock)
                     continue
                 except ssl.SSLWantWriteError:  # TLS only: a record must go out first
-                    await trio.lowlevel.wait_writable(sock)
+                    await anyio.wait_writable(sock)
                     continue
                 if not data:
                     break
                 resolved, events = wire.feed(data)
                 for slot, value, error in resolved:
-                    resolve(slot, value, error)
+                    slot.resolve(value, error)
                 if events:
                     core.dispatch(events)
                 if wire.closing:  # e.g. SHUTTING_DOWN: the server reads nothing more
@@ -405,12 +424,12 @@ class AsyncLockClient:
                     break
                 reads += 1
                 if reads % _READS_PER_CHECKPOINT == 0:
-                    await trio.lowlevel.checkpoint()
-        except trio.ClosedResourceError:
+                    await anyio.lowlevel.checkpoint()
+        except anyio.ClosedResourceError:
             reason = conn.broken or "the connection was closed"
         except OSError as exc:
             reason = f"receiving failed: {exc}"
-        except trio.Cancelled:
+        except anyio.get_cancelled_exc_class():
             reason = "the client was closed"
             raise
         except Exception as exc:  # pragma: no cover - a bug; fail the calls, not the nursery
@@ -438,7 +457,7 @@ class AsyncLockClient:
             self._conn = conn
             # The losses no connection could hear (a restarted server, a session whose
             # guarantee ran out meanwhile), before the keepalives re-create those sessions.
-            self._core.reconnected(trio.current_time())
+            self._core.reconnected(self._hooks.now())
             # Touch the open sessions on the new connection (so its LockLost events come here
             # and their idle timers restart); the replies are dropped by id.
             for data in self._core.keepalives():
@@ -447,25 +466,21 @@ class AsyncLockClient:
 
     async def _open(self) -> _Connection:
         try:
-            with trio.fail_after(self.connect_timeout):
-                stream = await trio.open_tcp_stream(self.host, self.port)
-        except (OSError, trio.TooSlowError) as exc:
+            with anyio.fail_after(self.connect_timeout):
+                sock = await _connect(self.host, self.port)
+        except OSError as exc:  # TimeoutError included
             raise ServerUnavailable(
                 f"cannot connect to {self.host}:{self.port}: {exc or 'timed out'}"
             ) from exc
-        # Own the socket: plain non-blocking send/recv on the hot path (see module docstring).
-        # trio.SocketStream has already set TCP_NODELAY.
-        sock = socket.socket(fileno=stream.socket.detach())
-        sock.setblocking(False)
         if self.ssl_context is not None:
             sock = await self._tls_handshake(sock, self.ssl_context)
         conn = _Connection(sock, Wire(self._core))
-        self._nursery.start_soon(self._reader, conn)
+        self._task_group.start_soon(self._reader, conn)
         rid, data = self._core.hello()
         try:
-            with trio.fail_after(self.connect_timeout):
+            with anyio.fail_after(self.connect_timeout):
                 welcome = await self._call(conn, HELLO, rid, data, False)
-        except (LockClientError, trio.TooSlowError) as exc:
+        except (LockClientError, TimeoutError) as exc:
             self._break(conn, "the handshake failed")
             raise handshake_error(exc) from exc
         except BaseException:
@@ -481,16 +496,16 @@ class AsyncLockClient:
             tls = context.wrap_socket(
                 sock, server_hostname=self.host, do_handshake_on_connect=False
             )
-            with trio.fail_after(self.connect_timeout):
+            with anyio.fail_after(self.connect_timeout):
                 while True:
                     try:
                         tls.do_handshake()
                         return tls
                     except ssl.SSLWantReadError:
-                        await trio.lowlevel.wait_readable(tls)
+                        await anyio.wait_readable(tls)
                     except ssl.SSLWantWriteError:
-                        await trio.lowlevel.wait_writable(tls)
-        except (OSError, ValueError, trio.TooSlowError) as exc:
+                        await anyio.wait_writable(tls)
+        except (OSError, ValueError) as exc:  # TimeoutError included
             (tls or sock).close()
             raise ServerUnavailable(
                 f"TLS handshake with {self.host}:{self.port} failed: {exc or 'timed out'}"
@@ -504,9 +519,9 @@ class AsyncLockClient:
             return
         conn.broken = reason
         for slot, value, error in conn.wire.fail_all(reason):
-            self._resolve(slot, value, error)
+            slot.resolve(value, error)
         conn.outbuf.clear()
-        trio.lowlevel.notify_closing(conn.sock)  # wakes the reader and writer
+        anyio.notify_closing(conn.sock)  # wakes the reader and writer
         conn.sock.close()
 
     def _shutdown(self) -> None:
@@ -518,4 +533,37 @@ class AsyncLockClient:
             state._stop_keepalive()
         if self._conn is not None:
             self._break(self._conn, "the client was closed")
-        self._nursery.cancel_scope.cancel()
+        self._task_group.cancel_scope.cancel()
+
+
+async def _connect(host: str, port: int) -> socket.socket:
+    """A connected non-blocking TCP socket (TCP_NODELAY) to the first address of ``host``
+    that accepts: the face owns its socket, for plain non-blocking send/recv on the hot path
+    (see the module docstring). Raises OSError (the last address's) when none does."""
+    infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    if not infos:  # pragma: no cover - getaddrinfo raises instead
+        raise OSError(f"no address for {host!r}")
+    error: OSError | None = None
+    for family, kind, proto, _name, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                sock.connect(address)
+            except BlockingIOError:
+                await anyio.wait_writable(sock)
+                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if code:
+                    raise OSError(
+                        code, f"connect to {address[0]}:{address[1]}: {os.strerror(code)}"
+                    ) from None
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+        except BaseException:
+            sock.close()
+            raise
+    assert error is not None
+    raise error

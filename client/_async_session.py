@@ -9,12 +9,13 @@ bookkeeping both faces share (reply deadlines, what a batch's outcomes mean, kee
 failures, ending) is ``SessionState``'s; this module adds the awaitable calls and the task.
 
 Theory of operation:
-- Keepalive: one task per used session in the client's nursery, pinging every max_age/3 of
+- Keepalive: one task per used session in the client's task group, pinging every max_age/3 of
   idleness. Failures are logged through a :class:`~client._core.FailureLog` (the first, then
   at most one line a minute), not once per retry.
 - Every reply that carries ``valid_until`` (execute, execute_many, keepalive) moves the
-  session's local deadline (``SessionState``), on trio's clock, which the client's
-  ``reconnected`` check uses.
+  session's local deadline (``SessionState``), on the event loop's clock (the client's
+  ``clock``), which the client's ``reconnected`` check uses.
+- Written on anyio like the client: the same code under trio and asyncio.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import logging
 from collections.abc import Iterable
 from types import TracebackType
 
-import trio
+import anyio
+import anyio.lowlevel
 
 from protocol import LockLost, Statement
 
@@ -53,9 +55,10 @@ class AsyncSession(SessionState):
     ) -> None:
         super().__init__(client.core, session_id, max_age, description, keepalive)
         self._client = client
-        self._last_activity = trio.current_time()
-        self._keepalive_scope: trio.CancelScope | None = None
-        self._lost_event = trio.Event()
+        self._now = client.clock  # the event loop's clock, as the client reads it
+        self._last_activity = self._now()
+        self._keepalive_scope: anyio.CancelScope | None = None
+        self._lost_event = anyio.Event()
 
     @property
     def client(self) -> AsyncSessionPort:
@@ -85,7 +88,7 @@ class AsyncSession(SessionState):
         rid, data = self._build_execute(
             namespace, statements, min_uptime, min_trust, description, transaction_id, wait
         )
-        sent_at = self._last_activity = trio.current_time()
+        sent_at = self._last_activity = self._now()
         result: Result = await self._client.request(EXECUTE, rid, data, bool(wait))
         raw = result.raw  # SessionState._note_reply, inlined (the hot path)
         if raw.valid_until is not None:
@@ -107,9 +110,9 @@ class AsyncSession(SessionState):
         rids, data = self._build_batch(calls, min_uptime, min_trust)
         if not rids:
             self._client.check_open()
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return []
-        sent_at = self._last_activity = trio.current_time()
+        sent_at = self._last_activity = self._now()
         outcomes = await self._client.request_batch(rids, data)
         if self._batch_done(sent_at, outcomes) and self._keepalive_scope is None:
             self._start_keepalive()
@@ -120,7 +123,7 @@ class AsyncSession(SessionState):
         the server still had it, False without a call when ended already."""
         built = self._start_end()
         if built is None:
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
             return False
         try:
             existed: bool = await self._client.request(END, *built)
@@ -148,7 +151,7 @@ class AsyncSession(SessionState):
             return
         # Leaving on an exception or a cancellation: end the session anyway (shielded, bounded)
         # without masking the exception.
-        with trio.move_on_after(_CLEANUP_TIMEOUT, shield=True):
+        with anyio.move_on_after(_CLEANUP_TIMEOUT, shield=True):
             try:
                 await self.end()
             except LockClientError:
@@ -161,34 +164,34 @@ class AsyncSession(SessionState):
     # --- keepalive --------------------------------------------------------------------------------
 
     def _start_keepalive(self) -> None:
-        self._keepalive_scope = trio.CancelScope()
+        self._keepalive_scope = anyio.CancelScope()
         self._client.start_soon(self._keepalive_loop, self._keepalive_scope)
 
     def _stop_keepalive(self) -> None:
         if self._keepalive_scope is not None:
             self._keepalive_scope.cancel()
         else:
-            self._keepalive_scope = trio.CancelScope()
+            self._keepalive_scope = anyio.CancelScope()
             self._keepalive_scope.cancel()
 
-    async def _keepalive_loop(self, scope: trio.CancelScope) -> None:
+    async def _keepalive_loop(self, scope: anyio.CancelScope) -> None:
         interval = self.max_age / 3
         client = self._client
         with scope:
             while True:
                 due = self._last_activity + interval
-                if due > trio.current_time():
-                    await trio.sleep_until(due)
+                if due > self._now():
+                    await anyio.sleep_until(due)
                     continue
                 built = self._build_keepalive()
                 if built is None:
                     return
-                sent_at = self._last_activity = trio.current_time()
+                sent_at = self._last_activity = self._now()
                 try:
-                    with trio.move_on_after(interval):
+                    with anyio.move_on_after(interval):
                         result = await client.request(KEEPALIVE, *built)
                         self._keepalive_done(sent_at, result)
                 except ClientClosed:
                     return
                 except LockClientError as exc:
-                    self._keepalive_failed(exc, trio.current_time(), interval)
+                    self._keepalive_failed(exc, self._now(), interval)

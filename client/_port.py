@@ -19,13 +19,14 @@ The contract of every method is the client's docstring; in short:
   call's outcome (a Result or its exception) in call order.
 - sync only: ``send_unanswered(data)`` writes a request whose reply nobody waits for (the
   Cancel of a timed-out waiting Execute); async only: ``start_soon(fn, *args)`` runs a
-  background task (a session's keepalive) in the client's own task group.
+  background task (a session's keepalive) in the client's own task group, and ``clock`` is
+  the event loop's clock (a function), which the session's deadlines use.
 - The rest is the client's public API that recipes use through ``session.client``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from protocol import Pong, Welcome
@@ -79,6 +80,9 @@ class AsyncSessionPort(Protocol):
     @property
     def closed(self) -> bool: ...
 
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
     def check_open(self) -> None: ...
 
     async def request(
@@ -87,7 +91,7 @@ class AsyncSessionPort(Protocol):
 
     async def request_batch(self, rids: list[int], data: bytes) -> list[Any]: ...
 
-    def start_soon(self, fn: Callable[..., Awaitable[object]], *args: object) -> None: ...
+    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, object]], *args: object) -> None: ...
 
     async def ping(self) -> Pong: ...
 

@@ -173,7 +173,7 @@ class Wire(Generic[W]):
     """One connection's protocol state and its table of requests in flight.
 
     Not thread-safe by itself: the sync face calls it under its condition's lock, the async
-    face from one trio thread.
+    face from its event loop's thread.
     """
 
     __slots__ = ("_proto", "closing", "closing_error", "core", "pending")

@@ -1,6 +1,6 @@
 """Lock recipes: every lock kind of the seed documents, each acquired and released in one
-atomic transaction, with a sync face (over :class:`~client.Session`) and a trio face (over
-:class:`~client.AsyncSession`). See docs/recipes.md."""
+atomic transaction, with a sync face (over :class:`~client.Session`) and an async face for
+trio and asyncio (over :class:`~client.AsyncSession`). See docs/recipes.md."""
 
 from ._async import AsyncLock as AsyncLock
 from ._async import AsyncLockSet as AsyncLockSet
@@ -52,7 +52,7 @@ __all__ = [
     "TimeWindowLock",
     "StateLock",
     "SyncLock",
-    # trio face
+    # async face (trio or asyncio)
     "AsyncMutex",
     "AsyncReadWriteLock",
     "AsyncReadLock",

@@ -3,8 +3,9 @@
 Why: the transactions (``_kinds``), the grant bookkeeping (``_base``) and the operations
 (``_ops``) are written once for both faces; this module only **drives** the operations with
 awaited calls (:meth:`AsyncLock._drive`: cleanup steps shielded and bounded) and signals a
-loss — a ``trio.Event`` and, inside ``async with lock:``, the cancellation of the protected
-block.
+loss — an event (``trio.Event`` under trio, ``asyncio.Event`` under asyncio) and, inside
+``async with lock:``, the cancellation of the protected block. Written on anyio like the
+client, so the same code runs under trio and asyncio.
 
 ``async with lock:`` runs its body in a cancel scope. The client's reader task dispatches a
 ``LockLost`` event the moment it arrives; when it is about this grant, the scope is
@@ -17,11 +18,14 @@ client does not know about.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import Self
 
+import anyio
+import anyio.lowlevel
 import trio
 
 from client._async import AsyncLockClient
@@ -50,14 +54,14 @@ __all__ = [
 class AsyncLock(LockCore[AsyncSession]):
     """The lock interface every async recipe has."""
 
-    _scope: trio.CancelScope | None = None
+    _scope: anyio.CancelScope | None = None
     _cm: AbstractAsyncContextManager[None] | None = None
-    _clock = staticmethod(trio.current_time)
+    _clock = staticmethod(anyio.current_time)
 
     async def _drive(self, op: _ops.Op[_ops.T]) -> _ops.T:
         """Run an operation of ``_ops`` to its end with awaited calls, cleanup steps shielded
         and bounded by CLEANUP_TIMEOUT; an operation that made no call still checkpoints."""
-        run = _ops.Run(op, trio.current_time)
+        run = _ops.Run(op, self._session.client.clock)
         called = False
         while (step := run.next()) is not None:
             called = True
@@ -65,16 +69,20 @@ class AsyncLock(LockCore[AsyncSession]):
                 if not step.cleanup:
                     run.value = await step.run(self._session, self.namespace)
                     continue
-                with trio.move_on_after(CLEANUP_TIMEOUT, shield=True):
+                with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
                     run.value = await step.run(self._session, self.namespace)
             except BaseException as exc:
                 run.error = exc
         if not called:
-            await trio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()
         return run.result
 
     def _new_grant(self) -> None:
-        self._lost_signal = trio.Event()
+        # The running loop's own kind of event (trio.Event under trio, as this face has
+        # always given; asyncio.Event under asyncio).
+        self._lost_signal: trio.Event | asyncio.Event = (
+            trio.Event() if trio.lowlevel.in_trio_run() else asyncio.Event()
+        )
 
     def _signal_lost(self) -> None:
         self._lost_signal.set()
@@ -83,8 +91,9 @@ class AsyncLock(LockCore[AsyncSession]):
             scope.cancel()
 
     @property
-    def lost_event(self) -> trio.Event:
-        """Set when the current grant is lost (a new Event per grant)."""
+    def lost_event(self) -> trio.Event | asyncio.Event:
+        """Set when the current grant is lost (a new Event per grant): a ``trio.Event``
+        under trio, an ``asyncio.Event`` under asyncio."""
         return self._lost_signal
 
     async def wait_lost(self) -> LockLost | None:
@@ -144,7 +153,7 @@ class AsyncLock(LockCore[AsyncSession]):
         if not await self.acquire():
             raise NotAcquired(self, self.last_result)
         try:
-            with trio.CancelScope() as scope:
+            with anyio.CancelScope() as scope:
                 with self._mu:
                     self._scope = scope
                     lost = self._lost
@@ -240,7 +249,7 @@ class AsyncMultiLock(MultiLockBase[AsyncLockClient, AsyncSession, AsyncLockSet])
     async def aclose(self) -> None:
         """End the session (releasing everything); stamps are forgotten."""
         self._forget_all()
-        with trio.move_on_after(CLEANUP_TIMEOUT, shield=True):
+        with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
             await self.session.end()
 
     async def __aenter__(self) -> AsyncMultiLock:

@@ -3,7 +3,7 @@
 Why: every recipe is acquired and released **atomically in one transaction** — the server
 checks and takes (or gives back) everything in one serializable step, so there is no
 client-side read-modify-write and no window between "is it free?" and "take it". This module
-builds those transactions; it is shared, unchanged, by the sync and the trio face.
+builds those transactions; it is shared, unchanged, by the sync and the async face.
 
 Tables (in the caller's namespace; the variable is the lock's name):
 

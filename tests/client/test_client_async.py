@@ -1,13 +1,17 @@
-"""The trio face end to end against the real server (127.0.0.1, port 0, real sockets)."""
+"""The async face end to end against the real server (127.0.0.1, port 0, real sockets), on
+both event loops it supports: every test marked ``@on_both_loops`` runs under trio and under
+asyncio (asyncio_support.py); the tests that jump trio's MockClock run under trio only."""
 
 from __future__ import annotations
 
 import socket
 from typing import Any
 
+import anyio
 import pytest
 import trio
 import trio.testing
+from asyncio_support import on_both_loops, on_server
 
 from client import (
     FALSE,
@@ -54,9 +58,10 @@ async def holders(c: AsyncLockClient, table: str, var: str) -> list[str]:
     return [rec["session"] for rec in r["h"] or []]
 
 
+@on_both_loops
 async def test_ping_statistics_and_welcome(server: RunningServer) -> None:
     """ping gives uptime and trust, statistics the server's map, welcome its limits."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port, client_name="t") as c:
             pong = await c.ping()
             assert pong.uptime >= 0 and 0 <= pong.trust <= 1
@@ -68,11 +73,12 @@ async def test_ping_statistics_and_welcome(server: RunningServer) -> None:
         assert c.closed
 
 
+@on_both_loops
 async def test_exclusive_setvar_exists_and_deletevar(server: RunningServer) -> None:
     """SetVar is exclusive (the holder's own entry included), Exists ignores the caller's own
     entries unless asked, matches values, DeleteVar removes only the caller's own entry, and
     each commit returns a larger fence."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             c.session() as a,
@@ -107,10 +113,11 @@ async def test_exclusive_setvar_exists_and_deletevar(server: RunningServer) -> N
             assert await holders(c, "T", "k") == []
 
 
+@on_both_loops
 async def test_select_ops_and_data_lookup(server: RunningServer) -> None:
     """Constants, operator values (And/Or/Xor/Not/TRUE/FALSE, no short-circuit) and entry
     records come back in order, with duplicates, and are looked up by name."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session(description="me") as s:
             await s.execute(NS, [Assert(SetVar("T", "rec", {"n": 1}, description="d1"))])
             r = await s.execute(
@@ -148,11 +155,12 @@ async def test_select_ops_and_data_lookup(server: RunningServer) -> None:
             assert s.id in await holders(c, "T", "side")
 
 
+@on_both_loops
 async def test_block_if_abort_and_rollback(server: RunningServer) -> None:
     """Abort rolls back every change of the transaction and reports the failing node's
     path; data selected before the abort is kept; If may branch on a SetVar; a Block stops at
     the first abort; AnywayContinueAfter ignores its change's result."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             r = await s.execute(
                 NS,
@@ -199,8 +207,9 @@ async def test_allow_duplicates_and_ttl_expiry_event(
     server: RunningServer, clock: trio.testing.MockClock
 ) -> None:
     """allow_duplicates lets sessions share a variable; a TTL entry disappears on its own and
-    its holder's listener receives LockLost(ttl) naming it."""
-    with trio.fail_after(10):
+    its holder's listener receives LockLost(ttl) naming it.
+    Trio only: it jumps trio's MockClock."""
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             c.session() as a,
@@ -220,10 +229,11 @@ async def test_allow_duplicates_and_ttl_expiry_event(
             assert await holders(c, "D", "ttl") == []
 
 
+@on_both_loops
 async def test_minimum_requirements_are_a_refused_result(server: RunningServer) -> None:
     """A reliability contract the server cannot meet is a Result (cause MINIMUM_REQUIREMENTS),
     not an exception."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             r = await s.execute(NS, acquire("T", "k"), min_uptime=10_000.0)
             assert not r.ok and r.cause is Cause.MINIMUM_REQUIREMENTS
@@ -232,10 +242,11 @@ async def test_minimum_requirements_are_a_refused_result(server: RunningServer) 
             assert r.ok and r.transaction_id == "tx-7" and r.valid_until is not None
 
 
+@on_both_loops
 async def test_two_clients_contend_for_one_lock(server: RunningServer) -> None:
     """Of two clients racing for one lock exactly one wins; the loser's result names the
     failed assert; after release the other gets it."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c1,
             open_lock_client(port=server.port) as c2,
@@ -247,7 +258,7 @@ async def test_two_clients_contend_for_one_lock(server: RunningServer) -> None:
             async def grab(name: str, s: AsyncSession) -> None:
                 results[name] = await s.execute(NS, acquire("L", "res", name))
 
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(grab, "one", s1)
                 nursery.start_soon(grab, "two", s2)
             winners = [n for n, r in results.items() if r.ok]
@@ -259,6 +270,7 @@ async def test_two_clients_contend_for_one_lock(server: RunningServer) -> None:
             assert (await lose_s.execute(NS, acquire("L", "res", loser))).ok
 
 
+@on_both_loops
 async def test_mds_example(server: RunningServer) -> None:
     """SEMANTICS.md's seed example: two users enter MDS for a facility; a review of one of
     those patients fails at "1:/AssertOp/"; review of another patient works and blocks entry
@@ -281,7 +293,7 @@ async def test_mds_example(server: RunningServer) -> None:
     def unlock(facility: str, patient: str) -> list[Any]:
         return [AnywayContinueAfter(DeleteVar("MDS-Review", facility, patient))]
 
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             c.session() as u1,
@@ -299,16 +311,17 @@ async def test_mds_example(server: RunningServer) -> None:
             assert (await u1.execute("Clinical", entry("F1", "P3"))).ok
 
 
+@on_both_loops
 async def test_session_context_manager_ends_the_session(server: RunningServer) -> None:
     """Leaving the block ends the session (its entries vanish at once), also when the block
     raises or is cancelled; end() twice answers False without a call."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c:
             s = c.session()
             async with s:
                 await s.execute(NS, acquire("E", "a"))
-                assert s.id in server.engine.sessions
-            assert s.ended and s.id not in server.engine.sessions
+                assert on_server(lambda: s.id in server.engine.sessions)
+            assert s.ended and not on_server(lambda: s.id in server.engine.sessions)
             assert await holders(c, "E", "a") == []
             assert await s.end() is False
 
@@ -316,13 +329,13 @@ async def test_session_context_manager_ends_the_session(server: RunningServer) -
                 async with c.session() as s2:
                     await s2.execute(NS, acquire("E", "b"))
                     raise RuntimeError("body")
-            assert s2.ended and s2.id not in server.engine.sessions
+            assert s2.ended and not on_server(lambda: s2.id in server.engine.sessions)
 
-            with trio.move_on_after(0.2):
+            with anyio.move_on_after(0.2):
                 async with c.session() as s3:
                     await s3.execute(NS, acquire("E", "c"))
-                    await trio.sleep_forever()
-            assert s3.ended and s3.id not in server.engine.sessions
+                    await anyio.sleep_forever()
+            assert s3.ended and not on_server(lambda: s3.id in server.engine.sessions)
             assert await holders(c, "E", "c") == []
 
             explicit = c.session(max_age=5.0, description="x", session_id="fixed-id")
@@ -337,8 +350,9 @@ async def test_keepalive_keeps_an_idle_session_alive(
     server: RunningServer, clock: trio.testing.MockClock
 ) -> None:
     """An idle session with keepalive outlives its max_age many times over; one without
-    expires (virtual time, jumped in steps below max_age / 3)."""
-    with trio.fail_after(20):
+    expires (virtual time, jumped in steps below max_age / 3).
+    Trio only: it jumps trio's MockClock."""
+    with anyio.fail_after(20):
         async with (
             open_lock_client(port=server.port) as c,
             c.session(max_age=3.0) as kept,
@@ -349,32 +363,34 @@ async def test_keepalive_keeps_an_idle_session_alive(
             assert kept.keepalive_interval == 1.0 and bare.keepalive_interval is None
             for _ in range(30):  # 15 virtual seconds = 5 max ages
                 clock.jump(0.5)
-                await trio.sleep(0.01)
+                await anyio.sleep(0.01)
             assert await holders(c, "K", "kept") == [kept.id]
             assert await holders(c, "K", "bare") == []
             assert kept.keepalive_error is None
 
 
+@on_both_loops
 async def test_reconnect_resumes_the_session(server: RunningServer) -> None:
     """When the connection dies under the client, the next call reconnects transparently and
     the session still holds its entries; a ping in flight at the drop is re-sent."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             await s.execute(NS, acquire("R", "k", "v"))
             conn = c._conn
             assert conn is not None
             conn.sock.shutdown(socket.SHUT_RDWR)  # the connection dies under the client
-            await trio.testing.wait_all_tasks_blocked()
+            await anyio.wait_all_tasks_blocked()
             r = await s.execute(NS, [SelectVarValue("me", "R", "k", ignore_this_session=False)])
             assert r["me"]["session"] == s.id and r["me"]["value"] == "v"
             assert c.local_statistics().connections == 2
             assert c._conn is not conn
 
 
+@on_both_loops
 async def test_64_tasks_pipeline_on_one_connection(server: RunningServer) -> None:
     """64 tasks share one connection with their requests in flight together; each gets its
     own reply (a unique echoed value), whatever the order of arrival."""
-    with trio.fail_after(30):
+    with anyio.fail_after(30):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             peak = 0
 
@@ -386,7 +402,7 @@ async def test_64_tasks_pipeline_on_one_connection(server: RunningServer) -> Non
                     r = await s.execute(NS, [SelectConstantValue("echo", [i, j])])
                     assert r["echo"] == [i, j]
 
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 for i in range(64):
                     nursery.start_soon(worker, i)
             stats = c.local_statistics()
@@ -394,17 +410,18 @@ async def test_64_tasks_pipeline_on_one_connection(server: RunningServer) -> Non
             assert peak >= 32  # genuinely pipelined
 
 
+@on_both_loops
 async def test_cancelled_callers_never_desynchronise_the_connection(server: RunningServer) -> None:
     """Callers cancelled right after their request went out leave the connection in sync:
     their late replies are dropped by id, concurrent and later callers get their own."""
-    with trio.fail_after(30):
+    with anyio.fail_after(30):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             caught = 0
 
             async def cancelled_call(i: int) -> None:
                 nonlocal caught
-                async with trio.open_nursery() as nursery:
-                    with trio.CancelScope() as scope:
+                async with anyio.create_task_group() as nursery:
+                    with anyio.CancelScope() as scope:
 
                         async def cancel() -> None:
                             scope.cancel()
@@ -423,7 +440,7 @@ async def test_cancelled_callers_never_desynchronise_the_connection(server: Runn
 
             for i in range(50):
                 await cancelled_call(i)
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 for i in range(16):
                     nursery.start_soon(honest, i)
                 for i in range(100):
@@ -431,7 +448,7 @@ async def test_cancelled_callers_never_desynchronise_the_connection(server: Runn
             for j in range(20):
                 r = await s.execute(NS, [SelectConstantValue("after", j)])
                 assert r["after"] == j
-            await trio.sleep(0.05)
+            await anyio.sleep(0.05)
             assert caught > 0
             assert c.local_statistics().replies_dropped == caught  # every late reply dropped
             assert c.local_statistics().in_flight == 0
@@ -439,22 +456,23 @@ async def test_cancelled_callers_never_desynchronise_the_connection(server: Runn
             # A deadline expiring at random points of many calls, concurrently.
             async def racer(i: int) -> None:
                 for j in range(30):
-                    with trio.move_on_after(0.0001 * (j % 7)):
+                    with anyio.move_on_after(0.0001 * (j % 7)):
                         r = await s.execute(NS, [SelectConstantValue("e", [i, j])])
                         assert r["e"] == [i, j]
 
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 for i in range(16):
                     nursery.start_soon(racer, i)
             assert (await s.execute(NS, [SelectConstantValue("last", 1)]))["last"] == 1
 
 
+@on_both_loops
 async def test_server_errors_are_exceptions_and_the_connection_survives(
     server: RunningServer,
 ) -> None:
     """A too-deep tree and a too-big transaction are refused with LimitExceeded carrying the
     wire code; the connection stays usable."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             deep: Any = TRUE
             for _ in range(40):
@@ -469,10 +487,11 @@ async def test_server_errors_are_exceptions_and_the_connection_survives(
             assert (await s.execute(NS, [SelectConstantValue("ok", 1)]))["ok"] == 1
 
 
+@on_both_loops
 async def test_lock_lost_when_another_connection_ends_the_session(server: RunningServer) -> None:
     """Ending a session from another connection pushes LockLost(ended) to the holder's
     connection; the session's listeners get it, naming the lost entries."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as holder,
             open_lock_client(port=server.port) as admin,
@@ -493,8 +512,9 @@ async def test_lock_lost_when_another_connection_ends_the_session(server: Runnin
 async def test_lock_lost_when_the_session_expires(
     server: RunningServer, clock: trio.testing.MockClock
 ) -> None:
-    """A session left idle past its max age expires; its listener gets LockLost(expired)."""
-    with trio.fail_after(10):
+    """A session left idle past its max age expires; its listener gets LockLost(expired).
+    Trio only: it jumps trio's MockClock."""
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c:
             s = c.session(max_age=5.0, keepalive=False)
             await s.execute(NS, acquire("X", "exp"))
@@ -505,9 +525,10 @@ async def test_lock_lost_when_the_session_expires(
             assert c.local_statistics().events == 1
 
 
+@on_both_loops
 async def test_wait_is_passed_through(server: RunningServer) -> None:
     """An Execute with ``wait`` on a free lock is answered at once."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             r = await s.execute(NS, acquire("W", "k"), wait=5.0)
             assert r.ok

@@ -2,7 +2,10 @@
 bounded time; the safety checker (lockbench.safety) records every critical section with
 its fence and proves that no two exclusive holders overlapped, readers never overlapped a
 writer, the semaphore never exceeded its permits, fences strictly increased per lock, and
-every client got in. The sync face gets the same treatment with 16 threads."""
+every client got in. The sync face gets the same treatment with 16 threads.
+
+The async tests run under trio and under asyncio (``@on_both_loops``,
+tests/client/asyncio_support.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
-import trio
+import anyio
+from recipes_asyncio import on_both_loops
 from recipes_support import NS, ThreadedServer
 
 from client import (
@@ -44,7 +48,7 @@ async def hammer(server: RunningServer, body: Body) -> Report:
     CONNECTIONS clients until DURATION has passed (or MAX_ROUNDS each); check the record."""
     recorder = Recorder()
     deadline = time.monotonic() + DURATION
-    with trio.fail_after(30):
+    with anyio.fail_after(30):
         async with AsyncExitStack() as stack:
             clients = [
                 await stack.enter_async_context(open_lock_client(port=server.port))
@@ -60,7 +64,7 @@ async def hammer(server: RunningServer, body: Body) -> Report:
                             break
                         await body(i, rng, session, client, recorder)
 
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 for i in range(TASKS):
                     nursery.start_soon(task, i)
     report = recorder.check()
@@ -73,11 +77,12 @@ async def critical(lock: AsyncLock, recorder: Recorder, name: str, mode: str, i:
     """Hold ``lock`` (already acquired) for a moment, recorded, then release it."""
     assert lock.fence is not None
     with recorder.hold(name, mode, lock.fence, f"t{i}"):
-        await trio.sleep(0)
-        await trio.sleep(0)
+        await anyio.sleep(0)
+        await anyio.sleep(0)
     assert await lock.release()
 
 
+@on_both_loops
 async def test_mutex_under_contention(server: RunningServer) -> None:
     """Mutex: never two holders of a lock at once; fences increase in grant order."""
 
@@ -93,6 +98,7 @@ async def test_mutex_under_contention(server: RunningServer) -> None:
     assert all(report.max_holders[name] == {"w": 1} for name in LOCKS)
 
 
+@on_both_loops
 async def test_read_write_lock_under_contention(server: RunningServer) -> None:
     """ReadWriteLock: writers alone, readers together but never beside a writer; both
     modes actually happen, readers really share."""
@@ -115,6 +121,7 @@ async def test_read_write_lock_under_contention(server: RunningServer) -> None:
         assert report.max_holders[name]["r"] >= 2
 
 
+@on_both_loops
 async def test_multilock_under_contention(server: RunningServer) -> None:
     """MultiLock sets over three locks with random modes: every lock of every set obeys the
     read/write rules while all are held together."""
@@ -130,7 +137,7 @@ async def test_multilock_under_contention(server: RunningServer) -> None:
         assert await lock_set.acquire()
         assert lock_set.fence is not None
         start = rec.now()
-        await trio.sleep(0)
+        await anyio.sleep(0)
         end = rec.now()
         for n, mode in spec.items():
             rec.record(f"multi-{n}", mode, start, end, lock_set.fence, f"t{i}")
@@ -140,6 +147,7 @@ async def test_multilock_under_contention(server: RunningServer) -> None:
     assert all(report.max_holders[f"multi-{n}"]["w"] == 1 for n in names)
 
 
+@on_both_loops
 async def test_semaphore_under_contention(server: RunningServer) -> None:
     """Semaphore(permits=3): never more than three holders, and three do happen."""
 
@@ -150,7 +158,7 @@ async def test_semaphore_under_contention(server: RunningServer) -> None:
         assert await sem.acquire()
         assert sem.fence is not None
         with rec.hold("sem", "s", sem.fence, f"t{i}", capacity=3):
-            await trio.sleep(0.001)
+            await anyio.sleep(0.001)
         assert await sem.release()
 
     report = await hammer(server, body)

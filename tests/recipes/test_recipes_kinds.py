@@ -1,12 +1,18 @@
 """Semaphore, TimeWindowLock (seed 004 "Timeout") and StateLock (seed 004 "State
-transition") on the trio face; time windows under a MockClock."""
+transition") on the async face; time windows under a MockClock.
+
+Tests marked ``@on_both_loops`` run under trio and under asyncio
+(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+"""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 import trio
 import trio.testing
-from recipes_support import NS, entries, until, waiters
+from recipes_asyncio import on_both_loops, on_server, until
+from recipes_support import NS, entries, waiters
 
 from client import (
     AsyncSemaphore,
@@ -22,10 +28,11 @@ from lockserver import RunningServer
 # --- Semaphore --------------------------------------------------------------------------------
 
 
+@on_both_loops
 async def test_semaphore_admits_at_most_n(server: RunningServer) -> None:
     """permits=3: three sessions hold at once, the fourth waits (on the server) until one
     releases; a non-holder's release answers False."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c:
             sessions = [c.session() for _ in range(4)]
             sems = [AsyncSemaphore(s, NS, "pool", permits=3) for s in sessions]
@@ -41,9 +48,9 @@ async def test_semaphore_admits_at_most_n(server: RunningServer) -> None:
             async def wait_for_a_permit() -> None:
                 got.append(await sems[3].acquire())
 
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(wait_for_a_permit)
-                await until(lambda: waiters(server) == 1)
+                await until(lambda: on_server(waiters, server) == 1)
                 assert await sems[1].release() is True
             assert got == [True]
             holders = {e["session"] for e in await entries(sessions[0], SEMAPHORE_TABLE, "pool")}
@@ -52,10 +59,11 @@ async def test_semaphore_admits_at_most_n(server: RunningServer) -> None:
                 await s.end()
 
 
+@on_both_loops
 async def test_semaphore_one_permit_per_session(server: RunningServer) -> None:
     """The data model allows one entry per session and variable: a second acquire in the
     same session is not granted while the first permit is held."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             first = AsyncSemaphore(s, NS, "sem1", permits=5)
             second = AsyncSemaphore(s, NS, "sem1", permits=5)
@@ -85,8 +93,9 @@ async def test_time_window_once_per_period(
     server: RunningServer, clock: trio.testing.MockClock
 ) -> None:
     """The first acquire of a window wins; others fail until the next window, which frees it
-    by itself (no release). The window's end is not a loss."""
-    with trio.fail_after(60):
+    by itself (no release). The window's end is not a loss.
+    Trio only: it jumps trio's MockClock."""
+    with anyio.fail_after(60):
         async with open_lock_client(port=server.port) as c, c.session() as a, c.session() as b:
             await start_of_a_window(a, 10, clock)
             wa = AsyncTimeWindowLock(a, NS, "hourly", period=10)
@@ -111,8 +120,9 @@ async def test_time_window_blocking_waits_for_the_next_window(
     server: RunningServer, clock: trio.testing.MockClock
 ) -> None:
     """A blocking acquire of a taken window is parked until the window ends; ``async with``
-    keeps the window when the block ends; release() gives it back early."""
-    with trio.fail_after(60):
+    keeps the window when the block ends; release() gives it back early.
+    Trio only: it jumps trio's MockClock."""
+    with anyio.fail_after(60):
         async with open_lock_client(port=server.port) as c, c.session() as a, c.session() as b:
             await start_of_a_window(a, 30, clock)
             wa = AsyncTimeWindowLock(a, NS, "nightly", period=30)
@@ -126,9 +136,9 @@ async def test_time_window_blocking_waits_for_the_next_window(
             async def next_window() -> None:
                 got.append(await wb.acquire())
 
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(next_window)
-                await until(lambda: waiters(server) == 1)
+                await until(lambda: on_server(waiters, server) == 1)
                 clock.jump(30)
             assert got == [True]
             assert await wb.release() is True  # given back early
@@ -138,10 +148,11 @@ async def test_time_window_blocking_waits_for_the_next_window(
 # --- StateLock --------------------------------------------------------------------------------
 
 
+@on_both_loops
 async def test_task_state_transitions(server: RunningServer) -> None:
     """done (initial) -> in_progress (exclusive claim) -> failed -> in_progress -> done; the
     newest final state wins; a claimed task cannot be claimed again."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             c.session() as w1,
@@ -167,9 +178,10 @@ async def test_task_state_transitions(server: RunningServer) -> None:
             assert await t1.release() is False  # not held
 
 
+@on_both_loops
 async def test_task_with_block_records_done_or_failed(server: RunningServer) -> None:
     """``async with task:`` records done, or failed when the block raised."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as w:
             task = AsyncStateLock(w, NS, "job")
             async with task:
@@ -181,11 +193,12 @@ async def test_task_with_block_records_done_or_failed(server: RunningServer) -> 
             assert await task.state() == FAILED
 
 
+@on_both_loops
 async def test_a_dead_worker_loses_its_claim(server: RunningServer) -> None:
     """A worker whose session ends (crash, expiry) loses its claim instead of leaving the
     task stuck in_progress: the task shows its last final state and can be claimed again.
     Limit (documented): a state record lives as long as the session that wrote it."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             open_lock_client(port=server.port) as admin,

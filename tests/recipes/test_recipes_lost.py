@@ -1,17 +1,23 @@
-"""Lock-lost (issue #5, client side): the trio face cancels the protected block and raises
+"""Lock-lost (issue #5, client side): the async face cancels the protected block and raises
 LockLostError at the ``async with``; the sync face raises at the next operation on the lock;
 a crashed holder's locks go to the waiters once its session expires; events are matched to
-the grant by fence (even when they arrive before the acquire's reply is digested)."""
+the grant by fence (even when they arrive before the acquire's reply is digested).
+
+Tests marked ``@on_both_loops`` run under trio and under asyncio
+(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+"""
 
 from __future__ import annotations
 
 import socket
 import time
 
+import anyio
 import pytest
 import trio
 import trio.testing
-from recipes_support import NS, ThreadedServer, until, waiters
+from recipes_asyncio import on_both_loops, on_server, until
+from recipes_support import NS, ThreadedServer, waiters
 
 from client import (
     AsyncMutex,
@@ -29,10 +35,11 @@ from lockserver import RunningServer
 from protocol import Cause, TransactionResult
 
 
+@on_both_loops
 async def test_trio_body_is_cancelled_when_the_session_is_ended(server: RunningServer) -> None:
     """Another connection ends the holder's session: the LockLost(ended) event cancels the
     ``async with`` body at its next checkpoint, and the block raises LockLostError."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             open_lock_client(port=server.port) as admin,
@@ -43,7 +50,7 @@ async def test_trio_body_is_cancelled_when_the_session_is_ended(server: RunningS
             with pytest.raises(LockLostError) as info:
                 async with m:
                     assert await admin.end_session(s.id)
-                    await trio.sleep_forever()
+                    await anyio.sleep_forever()
                     reached_the_end = True  # pragma: no cover
             assert not reached_the_end
             event = info.value.event
@@ -55,8 +62,9 @@ async def test_trio_body_is_cancelled_when_the_session_expires(
     server: RunningServer, clock: trio.testing.MockClock
 ) -> None:
     """A holder whose session expires (no keepalive, a silent client) loses the lock: the
-    body is cancelled, on_lost runs, and the lock goes to the next holder."""
-    with trio.fail_after(60):
+    body is cancelled, on_lost runs, and the lock goes to the next holder.
+    Trio only: it jumps trio's MockClock."""
+    with anyio.fail_after(60):
         async with (
             open_lock_client(port=server.port) as c,
             c.session(max_age=5, keepalive=False) as s,
@@ -67,15 +75,16 @@ async def test_trio_body_is_cancelled_when_the_session_expires(
             with pytest.raises(LockLostError):
                 async with m:
                     clock.jump(6)
-                    await trio.sleep_forever()
+                    await anyio.sleep_forever()
             assert [e.reason for e in calls] == [LostReason.EXPIRED]
             assert await AsyncMutex(other, NS, "exp").acquire(blocking=False)
 
 
+@on_both_loops
 async def test_a_body_that_finishes_after_a_loss_still_raises(server: RunningServer) -> None:
     """A loss during a body that never reaches a checkpoint afterwards is still reported at
     the ``async with`` (the body ran unprotected)."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             open_lock_client(port=server.port) as admin,
@@ -88,9 +97,10 @@ async def test_a_body_that_finishes_after_a_loss_still_raises(server: RunningSer
                     await m.wait_lost()  # the event is in; no checkpoint follows
 
 
+@on_both_loops
 async def test_the_bodys_own_error_is_not_masked(server: RunningServer) -> None:
     """An exception from the body propagates unchanged (the lock is released)."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             m = AsyncMutex(s, NS, "err")
             with pytest.raises(ZeroDivisionError):
@@ -104,8 +114,9 @@ async def test_a_crashed_holder_frees_its_lock_for_a_waiter(
     server: RunningServer, clock: trio.testing.MockClock
 ) -> None:
     """The holder's connection dies (the process crashed: no release, no end); once its
-    session expires, the waiter parked on the server gets the lock."""
-    with trio.fail_after(60):
+    session expires, the waiter parked on the server gets the lock.
+    Trio only: it jumps trio's MockClock."""
+    with anyio.fail_after(60):
         async with open_lock_client(port=server.port) as c, c.session() as waiter_session:
             async with open_lock_client(port=server.port) as doomed:
                 s = doomed.session(max_age=5)
@@ -118,9 +129,9 @@ async def test_a_crashed_holder_frees_its_lock_for_a_waiter(
             async def wait_for_it() -> None:
                 got.append(await waiter.acquire())
 
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(wait_for_it)
-                await until(lambda: waiters(server) == 1)
+                await until(lambda: on_server(waiters, server) == 1)
                 clock.jump(6)
             assert got == [True] and waiter.held
 
@@ -141,6 +152,7 @@ def _result(fence: int) -> Result:
     )
 
 
+@on_both_loops
 async def test_an_event_before_the_reply_is_matched_by_fence(server: RunningServer) -> None:
     """The event of a very short grant can be dispatched before the acquiring caller digests
     its reply: events seen while acquiring are kept and matched once the fence is known. An

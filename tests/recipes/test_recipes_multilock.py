@@ -1,10 +1,15 @@
-"""MultiLock (seed 003) on the trio face: sets of read/write locks all or nothing, stamps,
-unknown stamps, release_all for a crashed instance, and interplay with ReadWriteLock."""
+"""MultiLock (seed 003) on the async face: sets of read/write locks all or nothing, stamps,
+unknown stamps, release_all for a crashed instance, and interplay with ReadWriteLock.
+
+Tests marked ``@on_both_loops`` run under trio and under asyncio
+(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+"""
 
 from __future__ import annotations
 
+import anyio
 import pytest
-import trio
+from recipes_asyncio import on_both_loops
 from recipes_support import NS, entries
 
 from client import (
@@ -19,10 +24,11 @@ from client.recipes import READ_TABLE, WRITE_TABLE
 from lockserver import RunningServer
 
 
+@on_both_loops
 async def test_try_locks_all_or_nothing_with_a_stamp(server: RunningServer) -> None:
     """A set is taken in one transaction; its stamp is the value of every entry; a set that
     conflicts anywhere takes nothing at all."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             AsyncMultiLock(c, NS, "ws2") as ws2,
@@ -52,9 +58,10 @@ async def test_try_locks_all_or_nothing_with_a_stamp(server: RunningServer) -> N
                 await ws3.try_locks({})
 
 
+@on_both_loops
 async def test_blocking_try_locks_waits_for_the_whole_set(server: RunningServer) -> None:
     """With blocking=True the set is parked on the server until all of it can be taken."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             AsyncMultiLock(c, NS, "a") as a,
@@ -67,18 +74,19 @@ async def test_blocking_try_locks_waits_for_the_whole_set(server: RunningServer)
             async def take() -> None:
                 got.append(await b.try_locks({"L1": "r", "L2": "w"}, blocking=True))
 
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(take)
-                await trio.sleep(0.1)
+                await anyio.sleep(0.1)
                 assert got == []
                 await a.release_locks(first)
             assert got[0] is not None
 
 
+@on_both_loops
 async def test_release_all_removes_what_a_crashed_instance_left(server: RunningServer) -> None:
     """An instance of app "billing" crashes holding locks (its session is still alive); the
     next instance's release_all ends the app's session, which removes them all at once."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c:
             async with open_lock_client(port=server.port) as crashed_client:
                 crashed = AsyncMultiLock(crashed_client, NS, "billing")
@@ -93,9 +101,10 @@ async def test_release_all_removes_what_a_crashed_instance_left(server: RunningS
                     assert await restarted.try_locks({"ledger": "w"}) is None  # reports reads
 
 
+@on_both_loops
 async def test_lock_sets_and_read_write_locks_share_their_tables(server: RunningServer) -> None:
     """A ReadWriteLock and a MultiLock set of the same name exclude each other."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             c.session() as s,
@@ -113,9 +122,10 @@ async def test_lock_sets_and_read_write_locks_share_their_tables(server: Running
                 assert lock_set.stamp is not None and lock_set.locks == {"solo": "w"}
 
 
+@on_both_loops
 async def test_release_locks_of_a_lost_set_raises(server: RunningServer) -> None:
     """A set whose session was ended by someone else is reported lost at its release."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             open_lock_client(port=server.port) as admin,

@@ -1,12 +1,18 @@
-"""Mutex (seeds 000, 001) on the trio face: exclusivity, tickets, who may release, TTL,
-acquired_at, fences, waiting on the server (no polling), timeouts and cancellation."""
+"""Mutex (seeds 000, 001) on the async face: exclusivity, tickets, who may release, TTL,
+acquired_at, fences, waiting on the server (no polling), timeouts and cancellation.
+
+Tests marked ``@on_both_loops`` run under trio and under asyncio
+(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+"""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 import trio
 import trio.testing
-from recipes_support import NS, entries, until, waiters
+from recipes_asyncio import on_both_loops, on_server, until
+from recipes_support import NS, entries, waiters
 
 from client import (
     AsyncMutex,
@@ -20,11 +26,12 @@ from client.recipes import MUTEX_TABLE
 from lockserver import RunningServer
 
 
+@on_both_loops
 async def test_exclusive_with_a_random_ticket_per_grant(server: RunningServer) -> None:
     """One holder at a time; the entry's value is the holder's ticket (uuid4 hex, fresh per
     grant); a second holder fails at the SetVar; after the release the next one gets a larger
     fence."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as a, c.session() as b:
             ma, mb = AsyncMutex(a, NS, "printer"), AsyncMutex(b, NS, "printer")
             assert await ma.acquire(blocking=False)
@@ -49,11 +56,12 @@ async def test_exclusive_with_a_random_ticket_per_grant(server: RunningServer) -
             assert ma.ticket != first_ticket  # a fresh ticket per grant
 
 
+@on_both_loops
 async def test_nobody_releases_another_holders_mutex(server: RunningServer) -> None:
     """A release by an object that does not hold answers False without a call; another
     session with the holder's very ticket cannot release it either (DeleteVar touches only
     the caller's own entries); a wrong ticket in the holder's session is refused too."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as a, c.session() as b:
             holder = AsyncMutex(a, NS, "m")
             assert await holder.acquire()
@@ -72,8 +80,9 @@ async def test_seed_001_acquire_and_release_by_uid(
 ) -> None:
     """Seed 001's ``acquire(key, timeout, uid)`` / ``release(key, uid)``: a caller-chosen
     ticket, a TTL after which the lock frees itself, and a release by uid from another object
-    of the same session (e.g. after the first one was dropped)."""
-    with trio.fail_after(30):
+    of the same session (e.g. after the first one was dropped).
+    Trio only: it jumps trio's MockClock."""
+    with anyio.fail_after(30):
         async with open_lock_client(port=server.port) as c, c.session() as s, c.session() as t:
             assert await AsyncMutex(s, NS, "key", ttl=10, ticket="uid-1").acquire(blocking=False)
             assert not await AsyncMutex(t, NS, "key", ticket="uid-2").acquire(blocking=False)
@@ -92,8 +101,9 @@ async def test_acquired_at_and_valid_for(
     """acquired_at is the server uptime of the grant (from the entry record, selected in the
     same transaction); valid_for() is a conservative local bound from valid_until (session)
     and expires_at (TTL), computed without comparing clocks; refresh() moves the session part
-    forward."""
-    with trio.fail_after(30):
+    forward.
+    Trio only: it jumps trio's MockClock."""
+    with anyio.fail_after(30):
         async with open_lock_client(port=server.port) as c, c.session(max_age=20) as s:
             m = AsyncMutex(s, NS, "v")
             assert m.valid_for() == 0.0
@@ -123,8 +133,9 @@ async def test_acquired_at_and_valid_for(
 async def test_ttl_expiry_is_a_loss(server: RunningServer, clock: trio.testing.MockClock) -> None:
     """A TTL that runs out while held: the LockLost(ttl) event marks this grant lost, calls
     on_lost, sets lost_event; check() and release() raise LockLostError; then the object is
-    free again and someone else may take the lock."""
-    with trio.fail_after(30):
+    free again and someone else may take the lock.
+    Trio only: it jumps trio's MockClock."""
+    with anyio.fail_after(30):
         async with open_lock_client(port=server.port) as c, c.session() as a, c.session() as b:
             seen: list[object] = []
             m = AsyncMutex(a, NS, "t", ttl=5, on_lost=seen.append)
@@ -144,37 +155,39 @@ async def test_ttl_expiry_is_a_loss(server: RunningServer, clock: trio.testing.M
             assert await AsyncMutex(b, NS, "t").acquire(blocking=False)
 
 
+@on_both_loops
 async def test_blocking_acquire_waits_on_the_server(server: RunningServer) -> None:
     """A blocking acquire is parked on the server (one request, no polling) and granted right
     after the holder's release."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as a, c.session() as b:
             ma, mb = AsyncMutex(a, NS, "w"), AsyncMutex(b, NS, "w")
             assert await ma.acquire()
-            granted = trio.Event()
+            granted = anyio.Event()
 
             async def wait_for_it() -> None:
                 assert await mb.acquire()
                 granted.set()
 
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(wait_for_it)
-                await until(lambda: waiters(server) == 1)
+                await until(lambda: on_server(waiters, server) == 1)
                 sent = c.local_statistics().requests_sent
-                await trio.sleep(0.2)
+                await anyio.sleep(0.2)
                 assert not granted.is_set()
                 assert c.local_statistics().requests_sent == sent  # nobody polls
                 await ma.release()
             assert granted.is_set() and mb.held
-            assert server.statistics()["waiting"]["granted_total"] == 1
+            assert on_server(server.statistics)["waiting"]["granted_total"] == 1
 
 
 async def test_timeout_is_the_servers_wait(
     server: RunningServer, clock: trio.testing.MockClock
 ) -> None:
     """acquire(timeout=t) asks the server to wait t seconds: at the deadline it answers with
-    the last failure and acquire returns False."""
-    with trio.fail_after(30):
+    the last failure and acquire returns False.
+    Trio only: it jumps trio's MockClock."""
+    with anyio.fail_after(30):
         async with open_lock_client(port=server.port) as c, c.session() as a, c.session() as b:
             assert await AsyncMutex(a, NS, "to").acquire()
             mb = AsyncMutex(b, NS, "to")
@@ -183,9 +196,9 @@ async def test_timeout_is_the_servers_wait(
             async def attempt() -> None:
                 outcome.append(await mb.acquire(timeout=3))
 
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(attempt)
-                await until(lambda: waiters(server) == 1)
+                await until(lambda: on_server(waiters, server) == 1)
                 clock.jump(3.5)
             assert outcome == [False]
             assert mb.last_result is not None and mb.last_result.cause is Cause.STATEMENT
@@ -193,10 +206,11 @@ async def test_timeout_is_the_servers_wait(
             assert await mb.acquire(blocking=False) is False  # usable again
 
 
+@on_both_loops
 async def test_cancelled_acquire_leaves_nothing_behind(server: RunningServer) -> None:
     """Cancelling a blocking acquire cancels the wait on the server and removes anything it
     may have been granted; the next waiter, not the cancelled one, gets the lock."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             c.session() as a,
@@ -205,21 +219,22 @@ async def test_cancelled_acquire_leaves_nothing_behind(server: RunningServer) ->
         ):
             ma, mb, md = AsyncMutex(a, NS, "x"), AsyncMutex(b, NS, "x"), AsyncMutex(d, NS, "x")
             assert await ma.acquire()
-            with trio.move_on_after(0.3):
+            with anyio.move_on_after(0.3):
                 await mb.acquire()
             assert not mb.held
-            await until(lambda: waiters(server) == 0)
+            await until(lambda: on_server(waiters, server) == 0)
             assert await mb.acquire(blocking=False) is False
             await ma.release()
             assert await md.acquire(blocking=False)
             assert [e["session"] for e in await entries(a, MUTEX_TABLE, "x")] == [d.id]
 
 
+@on_both_loops
 async def test_misuse_and_refusals(server: RunningServer) -> None:
     """One object is one holder (acquire while held: RuntimeError); bad arguments are
     refused where the lock is built; a refused reliability contract makes acquire return
     False and ``async with`` raise NotAcquired with the result."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             m = AsyncMutex(s, NS, "mis")
             assert await m.acquire()
@@ -244,10 +259,11 @@ async def test_misuse_and_refusals(server: RunningServer) -> None:
             assert info.value.result is picky.last_result
 
 
+@on_both_loops
 async def test_context_manager_and_locked(server: RunningServer) -> None:
     """``async with`` acquires (blocking) and releases; locked() tells whether an acquire by
     this session would fail now, changing nothing."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as a, c.session() as b:
             ma, mb = AsyncMutex(a, NS, "cm"), AsyncMutex(b, NS, "cm")
             assert await mb.locked() is False

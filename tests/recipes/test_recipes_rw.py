@@ -1,21 +1,27 @@
-"""Read/write locks (seed 000's doorman lock) and configured permits (seed 003) on the trio
-face: readers share, writers exclude, writer preference, one entry per session, permits read
-from the server in the same transaction."""
+"""Read/write locks (seed 000's doorman lock) and configured permits (seed 003) on the
+async face: readers share, writers exclude, writer preference, one entry per session, permits read
+from the server in the same transaction.
+
+Tests marked ``@on_both_loops`` run under trio and under asyncio
+(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+"""
 
 from __future__ import annotations
 
-import trio
-from recipes_support import NS, entries, until, waiters
+import anyio
+from recipes_asyncio import on_both_loops, on_server, until
+from recipes_support import NS, entries, waiters
 
 from client import AsyncReadWriteLock, clear_permits, get_permits, open_lock_client, set_permits
 from client.recipes import PERMITS_TABLES, READ_TABLE, WRITE_TABLE
 from lockserver import RunningServer
 
 
+@on_both_loops
 async def test_readers_share_writers_exclude(server: RunningServer) -> None:
     """Any number of readers at once; no writer while a reader holds, no reader while the
     writer holds; every grant is one transaction with its own fence."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             c.session() as a,
@@ -40,11 +46,12 @@ async def test_readers_share_writers_exclude(server: RunningServer) -> None:
             assert await ra.read.acquire(blocking=False)
 
 
+@on_both_loops
 async def test_one_entry_per_session(server: RunningServer) -> None:
     """A session holds at most one entry per variable: a second read lock of the same name
     in the same session is not granted while the first is held (instead of silently sharing
     the first one's entry), and a session holding the read side cannot take the write side."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             first, second = AsyncReadWriteLock(s, NS, "one"), AsyncReadWriteLock(s, NS, "one")
             assert await first.read.acquire(blocking=False)
@@ -55,11 +62,12 @@ async def test_one_entry_per_session(server: RunningServer) -> None:
             assert await second.read.acquire(blocking=False)
 
 
+@on_both_loops
 async def test_writer_preference(server: RunningServer) -> None:
     """With readers holding, a waiting writer stops newcomer readers (they give way to it:
     ``Not(Waiting(...))``); the writer gets in as soon as the existing readers leave, then
     the newcomer once the writer is done."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             c.session() as r1,
@@ -76,7 +84,7 @@ async def test_writer_preference(server: RunningServer) -> None:
             async def write() -> None:
                 assert await writer.write.acquire()
                 order.append("writer")
-                await trio.sleep(0.05)
+                await anyio.sleep(0.05)
                 await writer.write.release()
 
             async def read_late() -> None:
@@ -84,26 +92,27 @@ async def test_writer_preference(server: RunningServer) -> None:
                 order.append("late reader")
                 await late.read.release()
 
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(write)
-                await until(lambda: waiters(server) == 1)
+                await until(lambda: on_server(waiters, server) == 1)
                 # A newcomer gives way to the parked writer, although only readers hold.
                 assert not await late.read.acquire(blocking=False)
                 assert late.read.last_result is not None
                 assert "AssertOp" in (late.read.last_result.failed_statement or "")
                 nursery.start_soon(read_late)
-                await until(lambda: waiters(server) == 2)
+                await until(lambda: on_server(waiters, server) == 2)
                 await reader1.read.release()
-                await trio.sleep(0.05)
+                await anyio.sleep(0.05)
                 assert order == []  # reader2 still holds
                 await reader2.read.release()
             assert order == ["writer", "late reader"]
 
 
+@on_both_loops
 async def test_a_writer_that_gives_up_lets_the_readers_in(server: RunningServer) -> None:
     """A waiting writer that times out stops holding readers back: the reader parked behind
     it is granted without anything else changing."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with (
             open_lock_client(port=server.port) as c,
             c.session() as r1,
@@ -124,18 +133,19 @@ async def test_a_writer_that_gives_up_lets_the_readers_in(server: RunningServer)
             async def read() -> None:
                 outcome.append(("reader", await reader.read.acquire(timeout=5)))
 
-            async with trio.open_nursery() as nursery:
+            async with anyio.create_task_group() as nursery:
                 nursery.start_soon(write)
-                await until(lambda: waiters(server) == 1)
+                await until(lambda: on_server(waiters, server) == 1)
                 nursery.start_soon(read)
             assert sorted(outcome) == [("reader", True), ("writer", False)]
 
 
+@on_both_loops
 async def test_configured_permits(server: RunningServer) -> None:
     """Permits stored in the server apply to every client at once: 2 readers max, then 2
     concurrent writers; another session cannot overwrite the setting; clearing it (or ending
     the admin session) restores the defaults."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as admin:
             sessions = [c.session() for _ in range(3)]
             locks = [AsyncReadWriteLock(s, NS, "db") for s in sessions]

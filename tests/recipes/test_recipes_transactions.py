@@ -1,9 +1,14 @@
 """The transactions each recipe sends, pinned exactly (docs/recipes.md shows them): one
-atomic transaction per acquire and per release, the same for both faces."""
+atomic transaction per acquire and per release, the same for both faces.
+
+Tests marked ``@on_both_loops`` run under trio and under asyncio
+(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+"""
 
 from __future__ import annotations
 
-import trio
+import anyio
+from recipes_asyncio import on_both_loops
 from recipes_support import NS
 
 from client import (
@@ -54,10 +59,11 @@ def write_part(name: str, stamp: str) -> list[object]:
     ]
 
 
+@on_both_loops
 async def test_the_transactions(server: RunningServer) -> None:
     """Mutex, read/write, lock sets (writer preference only for read-only sets), semaphore,
     time window and task claim: acquire, release and cleanup statements."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             m = AsyncMutex(s, NS, "m", ttl=5, description="why")
             assert m._acquire_statements("T") == [

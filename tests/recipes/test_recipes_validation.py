@@ -1,13 +1,18 @@
 """Misuse is refused where the lock is built or called (TypeError/ValueError/RuntimeError),
-before anything is sent; a failing on_lost callback is logged, never propagated."""
+before anything is sent; a failing on_lost callback is logged, never propagated.
+
+Tests marked ``@on_both_loops`` run under trio and under asyncio
+(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+"""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+import anyio
 import pytest
-import trio
+from recipes_asyncio import on_both_loops
 from recipes_support import NS
 
 from client import (
@@ -28,6 +33,7 @@ from client.recipes._base import max_wait_of
 from lockserver import RunningServer
 
 
+@on_both_loops
 async def test_constructor_arguments(server: RunningServer) -> None:
     """Names, TTLs, periods, permits, tickets, contracts and callbacks are validated."""
     async with open_lock_client(port=server.port) as c, c.session() as s:
@@ -54,10 +60,11 @@ async def test_constructor_arguments(server: RunningServer) -> None:
                 build()
 
 
+@on_both_loops
 async def test_call_arguments(server: RunningServer) -> None:
     """acquire's blocking/timeout follow threading.Lock (timeout -1 = forever); a lock is
     not re-entered by a second ``async with``; the task's final state is checked."""
-    with trio.fail_after(10):
+    with anyio.fail_after(10):
         async with open_lock_client(port=server.port) as c, c.session() as s:
             m = AsyncMutex(s, NS, "args")
             with pytest.raises(TypeError):
@@ -76,6 +83,7 @@ async def test_call_arguments(server: RunningServer) -> None:
             assert max_wait_of({"max_wait": "x"}) == max_wait_of({}) == 300.0
 
 
+@on_both_loops
 async def test_a_raising_on_lost_callback_is_logged(
     server: RunningServer, caplog: pytest.LogCaptureFixture
 ) -> None:
