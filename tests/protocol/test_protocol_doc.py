@@ -14,6 +14,7 @@ import pytest
 import trio
 from support import start_server
 
+from lockserver import ServerConfig
 from protocol import (
     CLOSING_ERROR,
     LIFECYCLE,
@@ -188,10 +189,11 @@ def test_whitespace_list_is_exactly_what_blank_means() -> None:
 
 async def test_every_welcome_limit_is_documented_with_a_unit() -> None:
     """The limits table of §4 has one row per key of a real server's welcome (and no other),
-    each with a unit and a meaning."""
+    each with a unit, a meaning and the default that server (default settings) announces."""
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            server = await start_server(nursery)
+            defaults = ServerConfig(host="127.0.0.1", port=0, log_level="WARNING")
+            server = await start_server(nursery, config=defaults)
             stream = await trio.open_tcp_stream("127.0.0.1", server.port)
             proto = Connection(Role.CLIENT, require_hello=True)
             await stream.send_all(proto.send(Hello(0)))
@@ -209,3 +211,7 @@ async def test_every_welcome_limit_is_documented_with_a_unit() -> None:
     assert len(rows) == len(reply.body.limits)
     for key, unit, meaning in rows:
         assert unit.strip() and meaning.strip(), key
+        # The default in parentheses is the value a default-configured server announces.
+        default = re.search(r"\((\d[\d,]*)(?: = [^)]*)?\)", meaning)
+        assert default, key
+        assert float(default.group(1).replace(",", "")) == reply.body.limits[key], key
