@@ -1,10 +1,12 @@
 """The public surface of ``lockserver`` (what an embedding program and the command use) and
-of ``lockserver.engine`` (what the shell and the lock core build on): names with their kinds,
-the signatures callers rely on, the config's fields. Only public names are imported here.
+of ``lockserver.engine`` (LockCore, the door the shell calls, and the engine and wait queue
+behind it): names with their kinds, the signatures callers rely on, the config's fields.
+Only public names are imported here.
 
 The exact name list of ``lockserver.engine`` is pinned by tests/engine/test_api.py; this file
-pins the kind of each name the shell uses and the signatures of the calls it makes, and that
-``__all__`` is the whole public surface (nothing leaks, nothing is missing)."""
+pins the kind of each name, the signatures of the calls the shell makes through the door and
+the door makes on the engine and the wait queue, and that ``__all__`` is the whole public
+surface (nothing leaks, nothing is missing)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import trio
 import lockserver
 from lockserver import ConfigError, RunningServer, ServerConfig, TrustSettings, engine
 
-CLASS, FUNCTION, ASYNC_FUNCTION = "class", "function", "async function"
+CLASS, FUNCTION, ASYNC_FUNCTION, TYPE_ALIAS = "class", "function", "async function", "type alias"
 
 
 def kind_of(obj: object) -> str:
@@ -30,6 +32,8 @@ def kind_of(obj: object) -> str:
         return ASYNC_FUNCTION
     if isinstance(obj, types.FunctionType):
         return FUNCTION
+    if isinstance(obj, types.GenericAlias):
+        return TYPE_ALIAS
     return type(obj).__name__
 
 
@@ -185,6 +189,9 @@ async def test_running_server_interface(server: RunningServer) -> None:
 
 #: The engine package's names the shell builds on, and what each is.
 ENGINE = {
+    "LockCore": CLASS,
+    "CoreStatistics": CLASS,
+    "Output": TYPE_ALIAS,
     "Engine": CLASS,
     "EngineError": CLASS,
     "EngineLimits": CLASS,
@@ -216,8 +223,22 @@ def test_engine_all_is_the_whole_public_surface() -> None:
     assert issubclass(engine.EngineError, Exception)
 
 
-#: The calls made on the engine and the wait queue, as the shell makes them.
+#: The calls the shell makes through the door (LockCore), those the door makes on the engine
+#: and the wait queue, and Engine.execute / drain_lost (the wait queue's and the client
+#: tests' fake server's way in).
 ENGINE_CALLS = {
+    "LockCore": (
+        "(*, started_at, host='', fence_epoch=0, limits=None, wait_limits=None, "
+        "authenticated=False)"
+    ),
+    "LockCore.execute": "(self, owner, request_id, session, tx, *, wait, now, trust, principal)",
+    "LockCore.end_session": "(self, owner, request_id, session_id, *, now, trust, principal)",
+    "LockCore.cancel": "(self, owner, request_id, target, *, now, trust)",
+    "LockCore.owner_gone": "(self, owner, *, now, trust)",
+    "LockCore.advance": "(self, now, *, trust)",
+    "LockCore.next_deadline": "(self)",
+    "LockCore.uptime": "(self, now)",
+    "LockCore.statistics": "(self, now, *, trust)",
     "Engine": "(*, started_at, host='', fence_epoch=0, limits=None, track_changes=False)",
     "Engine.execute": "(self, session, tx, *, now, trust=1.0)",
     "Engine.end_session": "(self, session_id, *, now, notify=False)",
@@ -233,7 +254,6 @@ ENGINE_CALLS = {
     "WaitQueue.submit": ("(self, owner, token, session, tx, *, now, trust, wait, principal='')"),
     "WaitQueue.process": "(self, *, now, trust)",
     "WaitQueue.cancel": "(self, token)",
-    "WaitQueue.cancel_owner": "(self, owner)",
     "WaitQueue.next_deadline": "(self)",
     "WaitQueue.statistics": "(self)",
     "dependencies": "(tx)",
@@ -243,8 +263,8 @@ ENGINE_CALLS = {
 
 @pytest.mark.parametrize(("path", "expected"), list(ENGINE_CALLS.items()), ids=list(ENGINE_CALLS))
 def test_engine_call_signatures(path: str, expected: str) -> None:
-    """The engine's calls take ``now`` (time is data) and are plain synchronous functions:
-    none is a coroutine."""
+    """The door's and the engine's calls take ``now`` (time is data) and are plain
+    synchronous functions: none is a coroutine."""
     owner, _, member = path.partition(".")
     obj = getattr(engine, owner)
     if member:
@@ -255,7 +275,13 @@ def test_engine_call_signatures(path: str, expected: str) -> None:
 
 @pytest.mark.parametrize(
     "cls",
-    [engine.EngineLimits, engine.EngineStatistics, engine.WaitLimits, engine.WaitStatistics],
+    [
+        engine.CoreStatistics,
+        engine.EngineLimits,
+        engine.EngineStatistics,
+        engine.WaitLimits,
+        engine.WaitStatistics,
+    ],
     ids=lambda c: c.__name__,
 )
 def test_engine_records_are_frozen(cls: type) -> None:
