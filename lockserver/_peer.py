@@ -104,13 +104,11 @@ class Peer:
     __slots__ = (
         "blocked",
         "client_name",
-        "closing",
         "counted",
         "dead",
         "eof",
         "fd",
         "frame_started",
-        "greeted",
         "last_recv",
         "max_send_buffer",
         "name",
@@ -157,14 +155,12 @@ class Peer:
         self.counted = 0  # bytes of the outbox included in totals.unsent
         self.pending = 0  # bytes of an incomplete frame buffered, included in totals.received
         self.frame_started = math.inf  # when that frame's first byte arrived (inf: none)
-        self.greeted = False
         self.client_name = ""
         self.principal: Principal = ANONYMOUS  # set by a hello with a valid token
         self.opened_at = now
         self.last_recv = now
         self.blocked = False  # a writer task owns sending until the outbox is empty
         self.unblocked: trio.Event | None = None
-        self.closing = False  # stop after the current request (its reply closes the connection)
         self.stopping = False  # the server asked the reader to stop (timeout, shutdown)
         self.stop_code: ErrorCode | None = None  # error to send last when stopping
         self.stop_message = ""

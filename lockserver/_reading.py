@@ -148,7 +148,9 @@ class Reader:
 
     def _read_ready(self, c: Peer) -> None:
         """The poller found ``c`` readable: one receive, every complete frame served."""
-        if c.dead or c.read_done is None or c.read_done.is_set():
+        # A peer stopped earlier in this pass (an answer to its parked request closed it)
+        # is read no more.
+        if c.dead or c.stopping or c.read_done is None or c.read_done.is_set():
             return
         try:
             n = c.sock.recv_into(self.recv_buffer)

@@ -61,6 +61,7 @@ from protocol import (
     ProtocolError,
     Reply,
     Role,
+    State,
     Statistics,
     TransactionResult,
     Welcome,
@@ -82,6 +83,7 @@ log = logging.getLogger("lockserver")
 # --connections 1 --pipeline 64): 24k -> 30k acquire+release pairs/s; server CPU per request
 # unchanged within noise (one more send per ~22 replies).
 _EARLY_FLUSH: Final = 3072
+_CLOSED: Final = State.CLOSED
 
 
 class Alarm:
@@ -166,7 +168,7 @@ class RequestHandler:
                     break
                 self.requests_total += 1
                 try:
-                    if type(msg) is Execute and c.greeted:
+                    if type(msg) is Execute:  # decoded only once the hello is done
                         execute(c, msg, now)
                         if len(out) >= _EARLY_FLUSH:
                             c.flush()
@@ -188,7 +190,7 @@ class RequestHandler:
                     )
                     keep = False
                     break
-                if c.closing:
+                if proto.state is _CLOSED:  # a closing error was sent: read nothing more
                     keep = False
                     break
         c.send_pending()
@@ -253,20 +255,13 @@ class RequestHandler:
         self.deliver(outs, c)
 
     def _request(self, c: Peer, msg: Any, now: float) -> None:
-        """Every request but a greeted Execute."""
+        """Every request but an Execute (the protocol's Connection decodes nothing but a
+        hello before the handshake: the lifecycle table, ``protocol.LIFECYCLE``)."""
         proto = c.proto
         rid = msg.request_id
         t = type(msg)
         if t is Hello:
             self._hello(c, msg)
-            return
-        if not c.greeted:
-            self._invalid(
-                c,
-                rid,
-                ErrorCode.HANDSHAKE_REQUIRED,
-                f"{t.__name__}: the first request on a connection must be hello",
-            )
             return
         core = self.core
         if t is Ping:
@@ -294,11 +289,10 @@ class RequestHandler:
 
     def _hello(self, c: Peer, hello: Hello) -> None:
         rid = hello.request_id
-        if c.greeted:
+        if c.proto.state is State.READY:
             self._invalid(c, rid, ErrorCode.INVALID_MESSAGE, "hello: the handshake is already done")
             return
-        if hello.version != PROTOCOL_VERSION:
-            c.closing = True
+        if hello.version != PROTOCOL_VERSION:  # a closing code: the connection closes
             self._invalid(
                 c,
                 rid,
@@ -316,8 +310,7 @@ class RequestHandler:
                     c.name,
                     "no" if hello.token is None else "invalid",
                 )
-                c.closing = True
-                self._invalid(
+                self._invalid(  # a closing code: the connection closes
                     c,
                     rid,
                     ErrorCode.UNAUTHORIZED,
@@ -327,8 +320,7 @@ class RequestHandler:
                 )
                 return
             c.principal = principal
-        c.greeted = True
-        c.proto.handshake_done()
+        c.proto.handshake_done()  # -> READY: every request is decoded from now on
         c.client_name = hello.client_name
         log.debug(
             "connection %s: hello from %r (principal %r)",
@@ -372,13 +364,13 @@ class RequestHandler:
                 p.outbox += data  # type: ignore[union-attr]
             else:
                 p.push(data)
-                if p.closing:
+                if p.proto.state is _CLOSED:  # an INTERNAL_ERROR went out: close it
                     p.stop(None, "")
 
     def _refusal(self, c: Peer, rid: int, err: EngineError) -> bytes:
         """The error reply of a request the door refused (a limit, another principal's
         session), or that hit a bug (INTERNAL_ERROR: logged, the connection is closed after
-        it)."""
+        it: the code closes the connection)."""
         code = err.code
         if code is ErrorCode.INTERNAL_ERROR:
             self.internal_errors += 1
@@ -388,7 +380,6 @@ class RequestHandler:
                 rid,
                 exc_info=err.__cause__,
             )
-            c.closing = True
         elif code is ErrorCode.SESSION_CONFLICT:
             self.protocol_errors += 1  # an invalid request, like FORBIDDEN
         return c.proto.send(ErrorReply(rid, code, err.message))

@@ -80,7 +80,16 @@ from typing import Any, Final
 import attrs
 import trio
 
-from protocol import PROTOCOL_VERSION, Connection, ErrorCode, ErrorReply, Role, TreeLimits, Welcome
+from protocol import (
+    PROTOCOL_VERSION,
+    Connection,
+    ErrorCode,
+    ErrorReply,
+    Role,
+    State,
+    TreeLimits,
+    Welcome,
+)
 
 from ._auth import Authenticator, SecurityConfigError, server_ssl_context
 from ._busypoll import BusyPoll
@@ -97,6 +106,7 @@ __all__ = ["RunningServer", "serve"]
 log = logging.getLogger("lockserver")
 
 _RECV_SIZE: Final = 64 * 1024
+AWAITING_HELLO: Final = State.AWAITING_HELLO
 #: Bound on closing every connection at shutdown (SIGTERM must exit within a second).
 _SHUTDOWN_GRACE: Final = 0.6
 #: Longest sleep of the timeout reaper.
@@ -542,7 +552,7 @@ class Server:
             for c in list(self.clients):
                 if c.stopping or c.dead:
                     continue
-                if handshake and not c.greeted and now - c.opened_at >= handshake:
+                if handshake and c.proto.state is AWAITING_HELLO and now - c.opened_at >= handshake:
                     self.handshake_timeouts += 1
                     log.info("connection %s: no hello within %g s, closing", c.name, handshake)
                     c.stop(None, "")
