@@ -18,9 +18,11 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import ThreadedServer
 
 from client import Assert, DeleteVar, LockClient, SetVar
 from lockbench.fuzz import Case, Conversation, check_replies, frame, make_case
+from lockserver import RunningServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
 
@@ -59,11 +61,11 @@ def _good_client_round(port: int) -> None:
 )
 @given(rng=st.randoms(use_true_random=False), count=st.integers(1, 6))
 def test_mutated_frames_get_the_right_errors(
-    thread_server: object, rng: random.Random, count: int
+    thread_server: ThreadedServer[RunningServer], rng: random.Random, count: int
 ) -> None:
     """Each example: a fresh connection, ``count`` mutated frames and a ping in one write;
     every reply is checked in order against its case."""
-    port: int = thread_server.port  # type: ignore[attr-defined]
+    port = thread_server.port
     cases: list[Case] = []
     for i in range(count):
         case = make_case(rng, 1000 + i, huge=rng.random() < 0.02)
@@ -90,11 +92,13 @@ def _ping(rid: int) -> bytes:
     return msgpack.packb({"type": "ping", "id": rid})  # type: ignore[no-any-return]
 
 
-def test_after_the_fuzzing_the_server_is_healthy(thread_server: object) -> None:
+def test_after_the_fuzzing_the_server_is_healthy(
+    thread_server: ThreadedServer[RunningServer],
+) -> None:
     """Run after the fuzzing (same module server): no internal error, the well-behaved client
     still served, no entries kept and no more sessions than valid requests could create."""
-    _good_client_round(thread_server.port)  # type: ignore[attr-defined]
-    stats = thread_server.statistics()  # type: ignore[attr-defined]
+    _good_client_round(thread_server.port)
+    stats = thread_server.call(thread_server.server.statistics)
     assert stats["server"]["internal_errors"] == 0
     assert stats["engine"]["entries"] == 0
     assert stats["engine"]["sessions"] <= Tally.successes + 1
