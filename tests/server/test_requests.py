@@ -344,3 +344,46 @@ async def test_statistics_report_garbage_collector_pauses(server: RunningServer)
     assert after["collections"][2] == before["collections"][2] + 1
     assert after["pause_total_ms"][2] > before["pause_total_ms"][2]
     assert 0 < after["pause_max_ms"][2] <= after["pause_total_ms"][2]
+
+
+async def test_a_hello_refused_with_a_non_closing_code_may_be_retried(
+    server: RunningServer,
+) -> None:
+    """A hello that does not decode (INVALID_MESSAGE, TOO_LARGE) is refused and changes
+    nothing: the same connection may send a good hello next (PROTOCOL.md, the lifecycle)."""
+    with trio.fail_after(5):
+        async with await WireClient.connect(server, hello=False) as c:
+            from protocol import frame, pack
+
+            await c.send_raw(frame(pack({"type": "hello", "id": 1, "version": "one"})))
+            err = await c.reply(1)
+            assert isinstance(err, ErrorReply) and err.code is ErrorCode.INVALID_MESSAGE
+            name = "x" * (server.config.max_name + 1)
+            await c.send_raw(frame(pack({"type": "hello", "id": 2, "version": 1, "client": name})))
+            err = await c.reply(2)
+            assert isinstance(err, ErrorReply) and err.code is ErrorCode.TOO_LARGE
+            await c.hello()
+            assert (await c.execute("s", LOCK)).ok
+
+
+async def test_one_session_spans_namespaces_and_its_entry_limit_counts_them_all(
+    nursery: trio.Nursery,
+) -> None:
+    """A session may hold entries in several namespaces; max_entries_per_session counts them
+    all (TOO_MANY_ENTRIES past it, nothing kept of that transaction), and ending the session
+    frees every namespace."""
+    from .conftest import start_server
+
+    server = await start_server(nursery, max_entries_per_session=2)
+    with trio.fail_after(5):
+        async with await WireClient.connect(server) as c, await WireClient.connect(server) as d:
+            assert (await c.execute("s", LOCK, namespace="ns1")).ok
+            assert (await c.execute("s", LOCK, namespace="ns2")).ok
+            err = await c.error(c.execute_message("s", [LOCK], namespace="ns3"))
+            assert err.code is ErrorCode.TOO_MANY_ENTRIES
+            assert not (await d.execute("t1", LOCK, namespace="ns1")).ok
+            assert not (await d.execute("t2", LOCK, namespace="ns2")).ok
+            assert (await d.execute("t3", LOCK, namespace="ns3")).ok  # nothing kept there
+            assert await c.end_session("s")
+            assert (await d.execute("t1", LOCK, namespace="ns1")).ok
+            assert (await d.execute("t2", LOCK, namespace="ns2")).ok
