@@ -8,6 +8,9 @@ visible):
 - ``release``: ``AnywayContinueAfter(DeleteVar(T, k, ticket))`` of those locks;
 - ``contended``: the same acquire by other sessions while the keys are held (fails at
   ``0:/AssertOp/``, rolls nothing back because nothing changed);
+- ``door acquire`` / ``door release``: the same acquire and release through the lock core's
+  door (``LockCore.execute``: the wait queue, the session routing, the output list), as the
+  server calls it: what the door costs over the bare engine;
 - ``codec request`` / ``codec reply``: encode + decode of an Execute request and of a
   TransactionResult reply through ``protocol.Connection`` (send, receive_data, next_message);
 - ``pure-Python floor``: the least any pure-Python server does per blast request (split the
@@ -41,7 +44,7 @@ from pathlib import Path
 
 import msgpack
 
-from lockserver.engine import Engine, EngineLimits
+from lockserver.engine import Engine, EngineLimits, LockCore
 from protocol import (
     AnywayContinueAfter,
     Assert,
@@ -188,6 +191,31 @@ def engine_rounds(count: int, repeat: int) -> tuple[list[float], list[float], li
         del engine, acq, rival, rel
         gc.collect()
     return acquires, contended, releases
+
+
+def door_rounds(count: int, repeat: int) -> tuple[list[float], list[float]]:
+    """Acquire and release rates through ``LockCore.execute``, one fresh core per round."""
+    owners = sessions("owner-")
+    acquires: list[float] = []
+    releases: list[float] = []
+    owner = object()  # one connection, as a pipelining client
+    for r in range(repeat):
+        keys = [f"r{r}-key-{i}" for i in range(count)]
+        acq = [(owners[i % SESSIONS], acquire_tx(k, i)) for i, k in enumerate(keys)]
+        rel = [(owners[i % SESSIONS], release_tx(k, i)) for i, k in enumerate(keys)]
+        core = LockCore(started_at=0.0, limits=BIG)
+        for batch, rates in ((acq, acquires), (rel, releases)):
+            gc.collect()
+            execute = core.execute
+            start = time.perf_counter()
+            for rid, (spec, tx) in enumerate(batch):
+                outs = execute(owner, rid, spec, tx, wait=None, now=NOW, trust=1.0, principal="")
+            rates.append(len(batch) / (time.perf_counter() - start))
+            assert outs[-1][1].status is Status.TRANSACTION_OK, outs  # type: ignore[union-attr]
+        assert core.engine.entry_count == 0
+        del core, acq, rel
+        gc.collect()
+    return acquires, releases
 
 
 def codec_rounds(count: int, repeat: int) -> tuple[list[float], list[float]]:
@@ -421,6 +449,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     table.rate("acquire (3 ops)", acquires)
     table.rate("release", releases)
     table.rate("contended acquire (fails)", contended)
+    door_acquires, door_releases = door_rounds(args.count, args.repeat)
+    table.rate("door acquire (LockCore.execute)", door_acquires)
+    table.rate("door release (LockCore.execute)", door_releases)
     print(f"codec: {args.codec_count:,} messages x {args.repeat} rounds", flush=True)
     requests, replies = codec_rounds(args.codec_count, args.repeat)
     table.rate("codec execute request enc+dec", requests)
