@@ -73,7 +73,7 @@ from protocol import Pong, Welcome
 from ._async_session import AsyncSession
 from ._core import ClientCore, ClientStatistics, handshake_error, not_sent
 from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
-from ._loops import Slot, hooks_for_running_loop
+from ._loops import CLOSED, Slot, hooks_for_running_loop
 from ._wire import END, HELLO, PING, RETRY, STATS, Batch, Wire
 
 __all__ = ["AsyncLockClient", "open_lock_client"]
@@ -400,6 +400,7 @@ class AsyncLockClient:
         sock = conn.sock
         wire = conn.wire
         core = self._core
+        wait_readable = self._hooks.wait_readable  # the loop's own (see _loops)
         reason = "the server closed the connection"
         reads = 0
         try:
@@ -407,7 +408,7 @@ class AsyncLockClient:
                 try:
                     data = sock.recv(_RECV_SIZE)
                 except _WOULD_BLOCK_READ:
-                    await anyio.wait_readable(sock)
+                    await wait_readable(sock)
                     continue
                 except ssl.SSLWantWriteError:  # TLS only: a record must go out first
                     await anyio.wait_writable(sock)
@@ -425,7 +426,7 @@ class AsyncLockClient:
                 reads += 1
                 if reads % _READS_PER_CHECKPOINT == 0:
                     await anyio.lowlevel.checkpoint()
-        except anyio.ClosedResourceError:
+        except CLOSED:
             reason = conn.broken or "the connection was closed"
         except OSError as exc:
             reason = f"receiving failed: {exc}"
