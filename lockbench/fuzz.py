@@ -44,8 +44,9 @@ __all__ = [
 
 _HEADER = struct.Struct(">I")
 MAX_FRAME = 1024 * 1024
-#: Codes a well-framed invalid request may get (the connection stays open), and 204.
-REQUEST_CODES = frozenset({201, 202, 203, 204, 205, 206, 301, 302, 303, 304})
+#: Codes a well-framed invalid request may get (the connection stays open: 313 is a name,
+#: text or value past its size limit), and 204.
+REQUEST_CODES = frozenset({201, 202, 203, 204, 205, 206, 301, 302, 303, 304, 313})
 #: Codes that close the connection.
 CLOSING = frozenset({101, 102, 204, 305, 307, 311, 312, 500})
 _SENTINEL = "ZQZQZQZQ"  # replaced by invalid UTF-8 bytes of the same length
