@@ -490,6 +490,8 @@ class Engine:
         self._sessions_due.discard(s, s.queued)
         self.store.stored -= s.cost + s.retry_bytes
         s.retry_memory = None
+        if self.store.track_changes:
+            self.store.ended.append(s.session_id)
 
     def _remember(self, s: SessionRecord, tx: Transaction, result: TransactionResult) -> None:
         """Keep ``result`` in the session's retry memory: the last RETRY_MEMORY ids, at most
@@ -630,6 +632,8 @@ class Engine:
     def _drop_session(self, s: SessionRecord, reason: LostReason | None) -> None:
         s.ended = True
         del self.sessions[s.session_id]
+        if self.store.track_changes:
+            self.store.ended.append(s.session_id)  # its waiters are answered (_waiting.py)
         self._sessions_due.discard(s, s.queued)
         lost: list[tuple[str, str, str, int]] = []
         sid = s.session_id

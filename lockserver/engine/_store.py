@@ -258,7 +258,9 @@ class Store:
     whoever changes the data. ``max_*``: the bounds a new entry is checked against.
     ``pending_sets``: (namespace, table, var) -> {session id: parked transactions of that
     session holding a SetVar on it}, kept by the wait queue, read by ``Waiting``. With
-    ``track_changes`` on, ``note_change`` collects the variables changed (for the waiters).
+    ``track_changes`` on, ``note_change`` collects the variables changed and the engine
+    appends the id of every session that ends to ``ended`` (both for the waiters: only those
+    sessions' waiters are looked at, never every session that has one).
     """
 
     def __init__(
@@ -284,6 +286,7 @@ class Store:
         self.pending_sets: dict[tuple[str, str, str], dict[str, int]] = {}
         self.track_changes = False
         self.changed: set[tuple[str, str, str]] = set()
+        self.ended: list[str] = []
 
     def window_end(self, now: float, period: float) -> float:
         """Engine time at which the current ``period`` window of the wall clock ends."""

@@ -471,6 +471,7 @@ class WaitQueue:
         engine = self.engine
         if not self._by_token:
             engine.drain_changes()
+            engine.store.ended.clear()
             engine.track_changes = False
             return answers
         engine.sweep(now)
@@ -532,16 +533,27 @@ class WaitQueue:
                     pending |= changed
             self._drop_dead_sessions(now, answers)
         if not self._by_token:
+            engine.store.ended.clear()
             engine.track_changes = False
         return answers
 
     def _drop_dead_sessions(self, now: float, answers: list[Answer]) -> None:
         """Waiters whose session no longer exists (ended or expired) are answered with
-        cause SessionExpired. Only sessions with waiters are looked at."""
+        cause SessionExpired. Only the sessions that ended since the last look are looked at
+        (the store's ``ended``, kept while waiters exist): a pass costs nothing per session
+        that merely has a waiter."""
+        store = self.engine.store
+        ended = store.ended
+        if not ended:
+            return
+        store.ended = []
         sessions = self.engine.sessions
-        dead = [sid for sid in self._by_session if sid not in sessions]
-        for sid in dead:
-            for w in list(self._by_session[sid].values()):
+        by_session = self._by_session
+        for sid in ended:
+            waiting = by_session.get(sid)
+            if waiting is None or sid in sessions:  # no waiters, or the id is in use again
+                continue
+            for w in list(waiting.values()):
                 self._remove(w)
                 self._cancelled_total += 1
                 answers.append((w.token, _session_gone(w.last)))
