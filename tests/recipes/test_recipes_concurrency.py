@@ -5,7 +5,7 @@ writer, the semaphore never exceeded its permits, fences strictly increased per 
 every client got in. The sync face gets the same treatment with 16 threads.
 
 The async tests run under trio and under asyncio (``@on_both_loops``,
-tests/client/asyncio_support.py)."""
+tests/asyncio_support.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 
 import anyio
-from recipes_asyncio import on_both_loops
+from asyncio_support import on_both_loops
 from recipes_support import NS, ThreadedServer
 
 from client import (

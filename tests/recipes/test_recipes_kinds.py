@@ -2,7 +2,7 @@
 transition") on the async face; time windows under a MockClock.
 
 Tests marked ``@on_both_loops`` run under trio and under asyncio
-(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+(tests/asyncio_support.py); those that jump trio's MockClock run under trio only.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import anyio
 import pytest
 import trio
 import trio.testing
-from recipes_asyncio import on_both_loops, on_server, until
+from asyncio_support import on_both_loops, on_server, until
 from recipes_support import NS, entries, waiters
 
 from client import (

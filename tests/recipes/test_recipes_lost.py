@@ -4,7 +4,7 @@ a crashed holder's locks go to the waiters once its session expires; events are 
 the grant by fence (even when they arrive before the acquire's reply is digested).
 
 Tests marked ``@on_both_loops`` run under trio and under asyncio
-(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+(tests/asyncio_support.py); those that jump trio's MockClock run under trio only.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import anyio
 import pytest
 import trio
 import trio.testing
-from recipes_asyncio import on_both_loops, on_server, until
+from asyncio_support import on_both_loops, on_server, until
 from recipes_support import NS, ThreadedServer, waiters
 
 from client import (

@@ -2,14 +2,14 @@
 unknown stamps, release_all for a crashed instance, and interplay with ReadWriteLock.
 
 Tests marked ``@on_both_loops`` run under trio and under asyncio
-(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+(tests/asyncio_support.py); those that jump trio's MockClock run under trio only.
 """
 
 from __future__ import annotations
 
 import anyio
 import pytest
-from recipes_asyncio import on_both_loops
+from asyncio_support import on_both_loops
 from recipes_support import NS, entries
 
 from client import (

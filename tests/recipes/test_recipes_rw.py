@@ -3,13 +3,13 @@ async face: readers share, writers exclude, writer preference, one entry per ses
 from the server in the same transaction.
 
 Tests marked ``@on_both_loops`` run under trio and under asyncio
-(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+(tests/asyncio_support.py); those that jump trio's MockClock run under trio only.
 """
 
 from __future__ import annotations
 
 import anyio
-from recipes_asyncio import on_both_loops, on_server, until
+from asyncio_support import on_both_loops, on_server, until
 from recipes_support import NS, entries, waiters
 
 from client import AsyncReadWriteLock, clear_permits, get_permits, open_lock_client, set_permits

@@ -2,13 +2,13 @@
 atomic transaction per acquire and per release, the same for both faces.
 
 Tests marked ``@on_both_loops`` run under trio and under asyncio
-(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+(tests/asyncio_support.py); those that jump trio's MockClock run under trio only.
 """
 
 from __future__ import annotations
 
 import anyio
-from recipes_asyncio import on_both_loops
+from asyncio_support import on_both_loops
 from recipes_support import NS
 
 from client import (

@@ -2,7 +2,7 @@
 before anything is sent; a failing on_lost callback is logged, never propagated.
 
 Tests marked ``@on_both_loops`` run under trio and under asyncio
-(tests/client/asyncio_support.py); those that jump trio's MockClock run under trio only.
+(tests/asyncio_support.py); those that jump trio's MockClock run under trio only.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from recipes_asyncio import on_both_loops
+from asyncio_support import on_both_loops
 from recipes_support import NS
 
 from client import (
