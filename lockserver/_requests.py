@@ -169,11 +169,13 @@ class RequestHandler:
                 self.requests_total += 1
                 try:
                     if type(msg) is Execute:  # decoded only once the hello is done
-                        execute(c, msg, now)
+                        if execute(c, msg, now):
+                            keep = False
+                            break
                         if len(out) >= _EARLY_FLUSH:
                             c.flush()
-                    else:
-                        other(c, msg, now)
+                        continue
+                    other(c, msg, now)
                 except EngineError as exc:
                     out += proto.send(ErrorReply(msg.request_id, exc.code, exc.message))
                 except Exception:
@@ -196,7 +198,9 @@ class RequestHandler:
         c.send_pending()
         return keep and not c.dead
 
-    def _execute(self, c: Peer, msg: Execute, now: float) -> None:
+    def _execute(self, c: Peer, msg: Execute, now: float) -> bool:
+        """Serve one execute; True: a closing error went out (an INTERNAL_ERROR), the
+        connection closes after it."""
         session = msg.session
         rid = msg.request_id
         if session.max_age > self.max_session_age:
@@ -207,7 +211,7 @@ class RequestHandler:
                 f"execute: session max_age {session.max_age:g} s exceeds the server's "
                 f"max_session_age of {self.config.max_session_age:g} s",
             )
-            return
+            return False
         wait = msg.wait
         if wait is not None and wait > self.max_wait:
             self._invalid(
@@ -217,7 +221,7 @@ class RequestHandler:
                 f"execute: wait {wait:g} s exceeds the server's max_wait of "
                 f"{self.config.max_wait:g} s",
             )
-            return
+            return False
         principal = c.principal
         if self.auth is not None:
             namespace = msg.transaction.namespace
@@ -228,31 +232,27 @@ class RequestHandler:
                     ErrorCode.FORBIDDEN,
                     f"execute: token {principal.name!r} may not use namespace {namespace!r}",
                 )
-                return
+                return False
             source: object = principal.name
         else:
             source = c
         trust = self.trust
         trust.record_call(now, source=source)
+        # Positional: the hot path's one door call (owner, request id, session, transaction,
+        # wait, now, trust, principal).
         outs = self.core.execute(
-            c,
-            rid,
-            session,
-            msg.transaction,
-            wait=wait,
-            now=now,
-            trust=trust.trust(now),
-            principal=principal.name,
+            c, rid, session, msg.transaction, wait, now, trust.trust(now), principal.name
         )
         if len(outs) == 1:
             (peer, answered), answer = outs[0]
             if peer is c and type(answer) is TransactionResult:
                 # The common case: this request answered at once, nothing else to send.
                 c.outbox += c.proto.send_result(answered, answer)  # type: ignore[arg-type]
-                return
+                return False
         if wait is not None and wait > 0:
             self.alarm.wake_by(now + wait)  # it may have parked: its deadline must be kept
         self.deliver(outs, c)
+        return c.proto.state is _CLOSED
 
     def _request(self, c: Peer, msg: Any, now: float) -> None:
         """Every request but an Execute (the protocol's Connection decodes nothing but a

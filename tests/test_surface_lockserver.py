@@ -231,7 +231,7 @@ ENGINE_CALLS = {
         "(*, started_at, host='', fence_epoch=0, limits=None, wait_limits=None, "
         "authenticated=False)"
     ),
-    "LockCore.execute": "(self, owner, request_id, session, tx, *, wait, now, trust, principal)",
+    "LockCore.execute": "(self, owner, request_id, session, tx, wait, now, trust, principal)",
     "LockCore.end_session": "(self, owner, request_id, session_id, *, now, trust, principal)",
     "LockCore.cancel": "(self, owner, request_id, target, *, now, trust)",
     "LockCore.owner_gone": "(self, owner, *, now, trust)",

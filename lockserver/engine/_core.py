@@ -130,7 +130,6 @@ class LockCore:
         request_id: int,
         session: SessionSpec,
         tx: Transaction,
-        *,
         wait: float | None,
         now: float,
         trust: float,
