@@ -54,6 +54,7 @@ from protocol import (
 )
 from protocol import Connection as _ProtocolConnection
 from protocol import Role as _Role
+from protocol import State as _State
 
 from ._errors import BatchError, ConnectionLost, LockClientError, ServerError, server_error
 from ._result import Result
@@ -176,7 +177,7 @@ class Wire(Generic[W]):
     face from its event loop's thread.
     """
 
-    __slots__ = ("_proto", "closing", "closing_error", "core", "pending")
+    __slots__ = ("_broken", "_proto", "closing_error", "core", "pending")
 
     def __init__(self, core: ClientCore) -> None:
         self.core = core
@@ -187,9 +188,15 @@ class Wire(Generic[W]):
         # A connection-level error reply (no request id) or a fatal decoding error: the reason
         # to quote when the connection then drops.
         self.closing_error: LockClientError | None = None
-        # True once the stream announced the connection's end (a closing connection-level
-        # error, or bytes that do not decode): the face must break the connection now.
-        self.closing = False
+        # True once received bytes did not decode: the stream cannot be trusted any more.
+        self._broken = False
+
+    @property
+    def closing(self) -> bool:
+        """The connection is at its end and the face must break it now: the server sent a
+        closing error (the protocol's lifecycle is CLOSED: it reads nothing more), or
+        received bytes did not decode."""
+        return self._broken or self._proto.state is _State.CLOSED
 
     def register(self, rid: int, kind: int, waiter: W) -> None:
         """Record a request about to be sent (before its bytes go out)."""
@@ -268,7 +275,7 @@ class Wire(Generic[W]):
             error = ConnectionLost(f"the server sent an invalid message: {exc}")
             error.__cause__ = exc
             self.closing_error = error
-            self.closing = True
+            self._broken = True
         self.core.events += len(events)
         return resolved, events
 
@@ -285,10 +292,8 @@ class Wire(Generic[W]):
                 resolved.append((entry[1], None, exc))
         elif msg.request_id is None:
             # About the connection as a whole (e.g. SHUTTING_DOWN): remember why for whatever
-            # is in flight; a closing code means the server reads nothing more.
+            # is in flight (a closing code has moved the lifecycle to CLOSED: ``closing``).
             self.closing_error = exc
-            if exc.code.closes_connection:
-                self.closing = True
         else:
             self.core.replies_dropped += 1
 
