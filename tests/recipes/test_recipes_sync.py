@@ -39,9 +39,14 @@ def test_mutex(threaded_server: ThreadedServer) -> None:
         assert record["value"] == ma.ticket and ma.acquired_at == record["set_at"]
         assert not mb.acquire(blocking=False)
         assert mb.locked() is True
-        started = time.monotonic()
+
+        def timed_out() -> int:
+            stats = threaded_server.call(threaded_server.server.statistics)
+            return int(stats["waiting"]["timed_out_total"])
+
+        before = timed_out()
         assert mb.acquire(timeout=0.3) is False
-        assert time.monotonic() - started >= 0.25  # waited on the server
+        assert timed_out() == before + 1  # it waited on the server, to its deadline
         assert mb.release() is False
         with pytest.raises(RuntimeError):
             ma.acquire()
