@@ -400,6 +400,11 @@ class Engine:
         """Expire every session and entry due by ``now``; return how many were removed."""
         return self._expire(now)
 
+    def expiry_due(self, now: float) -> bool:
+        """Whether anything may be due to expire by ``now`` (False: a sweep would do
+        nothing). One comparison."""
+        return self._next_expiry <= now
+
     def next_deadline(self) -> float | None:
         """The earliest queued expiry time (a session's may have moved later since), None
         when none."""

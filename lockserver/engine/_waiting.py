@@ -474,6 +474,21 @@ class WaitQueue:
             engine.store.ended.clear()
             engine.track_changes = False
             return answers
+        store = engine.store
+        deadlines = self._deadlines
+        deadlines.advance(now)  # what is due by now is in the near heap (as the pass needs)
+        if not store.ended and not engine.expiry_due(now) and not deadlines.due(now):
+            # Nothing ended, expired or ran out since the last pass: only a change of a
+            # variable a waiter reads can make one run (waiters re-run on nothing else). An
+            # execute while unrelated transactions wait changes none of theirs: no pass.
+            changed = store.changed
+            by_key = self._by_key
+            for key in changed:
+                if key in by_key:
+                    break
+            else:
+                changed.clear()
+                return answers
         engine.sweep(now)
         self._drop_dead_sessions(now, answers)
         deadlines = self._deadlines

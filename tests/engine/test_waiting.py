@@ -160,6 +160,30 @@ def test_a_pass_looks_only_at_sessions_that_ended_not_at_every_session_with_a_wa
     assert len(h.queue) == n - 1
 
 
+def test_a_change_of_what_no_waiter_reads_runs_no_pass() -> None:
+    """While a waiter is parked, transactions on other variables run no pass of the queue (no
+    sweep, no re-run): a pass is for a change of what a waiter reads, an ended session, an
+    expiry or a deadline. A release of the waiter's variable still grants it at once."""
+    h = Harness()
+    h.call("hold", "holder", LOCK)
+    h.call("wait", "waiter", LOCK, wait=100)
+    sweeps: list[float] = []
+    sweep = h.engine.sweep
+
+    def counting(now: float) -> int:
+        sweeps.append(now)
+        return sweep(now)
+
+    h.engine.sweep = counting  # type: ignore[method-assign]
+    for i in range(10):
+        assert h.call(("o", i), "other", Assert(SetVar("locks", f"elsewhere{i}", "t")))
+    assert sweeps == []
+    assert h.queue.statistics().reevaluations_total == 0
+    answers = h.call("release", "holder", UNLOCK, now=START + 1)
+    assert [token for token, _ in answers] == ["release", "wait"]
+    assert sweeps  # the release ran a pass
+
+
 def test_a_cascade_costs_one_evaluation_per_waiter_per_release() -> None:
     """With 20 waiters on one mutex a release costs 20 evaluations (each sees the release
     and the grant together), not 40."""
