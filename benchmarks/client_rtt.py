@@ -13,6 +13,8 @@ spread (min..max):
    ``[AnywayContinueAfter(DeleteVar(T, k, ticket))]``.
 2. ``async-1conn``: 64 trio tasks (a session each) sharing one connection, same pairs.
 3. ``async-8conn``: 64 tasks over 8 connections (8 tasks per client).
+4. ``asyncio-1conn`` / ``asyncio-8conn``: the same two, the async face under asyncio (the
+   scenario is written on anyio, as the face is, and run on each loop).
 
 Run: ``python benchmarks/client_rtt.py [--pairs N] [--seconds S] [--repeat R] [--in-thread]``.
 A pair is two requests: requests/s = 2 x pairs/s.
@@ -30,6 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import anyio
 import trio
 
 from client import (
@@ -128,12 +131,13 @@ def run_sync(host: str, port: int, pairs: int, seconds: float, rep: int) -> tupl
 async def _tasks(
     host: str, port: int, connections: int, pairs: int, seconds: float, rep: int
 ) -> tuple[int, float]:
+    """64 tasks, a session each, over ``connections`` clients; runs on trio or asyncio."""
     per_task = max(1, pairs // TASKS)
     counts = [0] * TASKS
 
     async def worker(i: int, s: AsyncSession, deadline: float) -> None:
         n = 0
-        while n < per_task and trio.current_time() < deadline:
+        while n < per_task and anyio.current_time() < deadline:
             key = f"a{rep}-{i}-{n}"
             if not (await s.execute(NAMESPACE, acquire(key, "t"))).ok:
                 raise RuntimeError(f"acquire of a fresh key {key} failed")
@@ -141,16 +145,16 @@ async def _tasks(
             n += 1
         counts[i] = n
 
-    async with trio.open_nursery() as outer:
+    async with anyio.create_task_group() as outer:
         clients = []
         for _ in range(connections):
             clients.append(await _enter(outer, host, port))
         sessions = [clients[i % connections].session() for i in range(TASKS)]
         start = time.perf_counter()
-        deadline = trio.current_time() + seconds
-        async with trio.open_nursery() as nursery:
+        deadline = anyio.current_time() + seconds
+        async with anyio.create_task_group() as group:
             for i, s in enumerate(sessions):
-                nursery.start_soon(worker, i, s, deadline)
+                group.start_soon(worker, i, s, deadline)
         elapsed = time.perf_counter() - start
         for s in sessions:
             await s.end()
@@ -158,27 +162,32 @@ async def _tasks(
     return sum(counts), elapsed
 
 
-async def _enter(nursery: trio.Nursery, host: str, port: int) -> Any:
-    """Open a client whose block lives in ``nursery`` until it is cancelled."""
-    ready: trio.Event = trio.Event()
+async def _enter(group: anyio.abc.TaskGroup, host: str, port: int) -> Any:
+    """Open a client whose block lives in ``group`` until it is cancelled."""
+    ready = anyio.Event()
     box: list[Any] = []
 
     async def hold() -> None:
-        async with open_lock_client(host, port, client_name="bench-trio") as c:
+        async with open_lock_client(host, port, client_name="bench-async") as c:
             box.append(c)
             ready.set()
-            await trio.sleep_forever()
+            await anyio.sleep_forever()
 
-    nursery.start_soon(hold)
+    group.start_soon(hold)
     await ready.wait()
     return box[0]
 
 
 def run_async(
-    connections: int,
+    connections: int, backend: str = "trio"
 ) -> Callable[[str, int, int, float, int], tuple[int, float]]:
     def run(host: str, port: int, pairs: int, seconds: float, rep: int) -> tuple[int, float]:
-        return trio.run(_tasks, host, port, connections, pairs, seconds, rep)
+        if backend == "trio":
+            return trio.run(_tasks, host, port, connections, pairs, seconds, rep)
+        result: tuple[int, float] = anyio.run(
+            _tasks, host, port, connections, pairs, seconds, rep, backend=backend
+        )
+        return result
 
     return run
 
@@ -187,6 +196,8 @@ SCENARIOS: dict[str, Callable[[str, int, int, float, int], tuple[int, float]]] =
     "sync": run_sync,
     "async-1conn": run_async(1),
     "async-8conn": run_async(8),
+    "asyncio-1conn": run_async(1, "asyncio"),
+    "asyncio-8conn": run_async(8, "asyncio"),
 }
 
 
@@ -201,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
     server = thread_server if args.in_thread else subprocess_server
     with server() as (host, port):
         print(f"server {host}:{port} ({'thread' if args.in_thread else 'subprocess'})")
-        print(f"{'scenario':<12} {'pairs/s median':>15} {'spread':>17} {'requests/s':>11}")
+        print(f"{'scenario':<14} {'pairs/s median':>15} {'spread':>17} {'requests/s':>11}")
         for name in args.only or list(SCENARIOS):
             rates = []
             for rep in range(args.repeat):
@@ -209,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
                 rates.append(done / elapsed)
             med = statistics.median(rates)
             spread = f"{min(rates):.0f}..{max(rates):.0f}"
-            print(f"{name:<12} {med:>15.0f} {spread:>17} {2 * med:>11.0f}", flush=True)
+            print(f"{name:<14} {med:>15.0f} {spread:>17} {2 * med:>11.0f}", flush=True)
 
 
 if __name__ == "__main__":
