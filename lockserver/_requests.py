@@ -250,7 +250,12 @@ class RequestHandler:
                 c.outbox += c.proto.send_result(answered, answer)  # type: ignore[arg-type]
                 return False
         if wait is not None and wait > 0:
-            self.alarm.wake_by(now + wait)  # it may have parked: its deadline must be kept
+            # It may have parked: the timer must wake by its deadline, and by any earlier
+            # expiry it may be waiting on (a holder's TTL or session created while the timer
+            # slept), not sweep_interval later.
+            due = self.core.next_deadline()
+            if due is not None:
+                self.alarm.wake_by(due)
         self.deliver(outs, c)
         return c.proto.state is _CLOSED
 

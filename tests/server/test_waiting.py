@@ -143,6 +143,29 @@ async def test_ttl_expiry_wakes_waiter(clock: trio.testing.MockClock) -> None:
         nursery.cancel_scope.cancel()
 
 
+async def test_a_ttl_set_while_the_timer_sleeps_still_wakes_the_waiter_on_time(
+    clock: trio.testing.MockClock,
+) -> None:
+    """The timer went to sleep for sweep_interval (10 s) before the holder's entry with a 3 s
+    TTL existed; the waiter that parks behind it is granted when the TTL runs out, not when
+    the timer would have woken anyway. Clock stopped: only the jumps move it."""
+    async with trio.open_nursery() as nursery:
+        server = await start_server(nursery, sweep_interval=10.0)
+        with trio.fail_after(60):
+            async with await WireClient.connect(server) as a, await WireClient.connect(server) as b:
+                assert (await a.execute("alice", Assert(SetVar("locks", "printer", 1, ttl=3)))).ok
+                msg = b.execute_message("bob", [LOCK], wait=60.0)
+                clock.rate = 0
+                with fail_after_real(10):
+                    await b.send(msg)
+                    await b.ping()  # answered after the execute: the request is parked
+                    clock.jump(3.01)
+                    answer = await b.reply(msg.request_id)
+                clock.rate = 1.0
+                assert isinstance(answer, Reply) and answer.body.ok  # type: ignore[union-attr]
+        nursery.cancel_scope.cancel()
+
+
 async def test_holder_session_end_wakes_waiter(server: RunningServer) -> None:
     """Ending the holder's session releases its locks to the waiter at once."""
     with trio.fail_after(5):
