@@ -128,7 +128,9 @@ class RequestHandler:
         self.welcome = welcome
         self.alarm = alarm
         self.statistics = statistics
-        self.encoder = Connection(Role.SERVER)  # stateless encoding of events
+        # Encodes what belongs to no one connection's conversation: events, and the shell's
+        # last words to a connection it refuses or stops.
+        self.encoder = Connection(Role.SERVER)
         self.requests_total = 0
         self.protocol_errors = 0
         self.internal_errors = 0
@@ -176,9 +178,7 @@ class RequestHandler:
                             c.flush()
                         continue
                     other(c, msg, now)
-                except EngineError as exc:
-                    out += proto.send(ErrorReply(msg.request_id, exc.code, exc.message))
-                except Exception:
+                except Exception:  # the door answers refusals as values: this is a bug
                     self.internal_errors += 1
                     # A hello's repr hides its token already; say "hello" anyway, to be sure.
                     what = "hello" if type(msg) is Hello else repr(msg)

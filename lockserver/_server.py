@@ -297,7 +297,6 @@ class Server:
             self.limits,
             self.instance,
         )
-        self.encoder = Connection(Role.SERVER)  # stateless encoding of refusals
         self.requests = RequestHandler(
             config, self.core, self.trust, auth, self.welcome, self.alarm, self.statistics
         )
@@ -439,7 +438,7 @@ class Server:
             f"the server has {len(self.clients)} connections open, the limit "
             f"(max_connections={self.config.max_connections})"
         )
-        data = self.encoder.send(ErrorReply(None, ErrorCode.TOO_MANY_CONNECTIONS, message))
+        data = self.requests.encoder.send(ErrorReply(None, ErrorCode.TOO_MANY_CONNECTIONS, message))
         if self.ssl_context is not None:  # a TLS client cannot read a plain frame: just close
             sock.close()
             return
@@ -463,7 +462,7 @@ class Server:
                         await self.reader.read_loop(c)
                 last = b""
                 if c.stop_code is not None:
-                    last = self.encoder.send(ErrorReply(None, c.stop_code, c.stop_message))
+                    last = self.requests.encoder.send(ErrorReply(None, c.stop_code, c.stop_message))
                 await c.finish(last, self.recv_buffer)
                 nursery.cancel_scope.cancel()
         except Exception:

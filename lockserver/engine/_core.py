@@ -246,13 +246,8 @@ class LockCore:
         """Time has come to ``now``: expire what is due (sessions, entry TTLs), answer
         waiters whose deadline passed or who can run now; the losses go last."""
         self.engine.sweep(now)
-        waits = self.waits
-        out: list[Output] = (
-            waits.process(now=now, trust=trust)  # type: ignore[assignment]
-            if len(waits)
-            else []
-        )
-        self._route_lost(out)
+        out: list[Output] = []
+        self._settle(out, now, trust)
         return out
 
     def next_deadline(self) -> float | None:
