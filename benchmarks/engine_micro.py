@@ -11,6 +11,9 @@ visible):
 - ``door acquire`` / ``door release``: the same acquire and release through the lock core's
   door (``LockCore.execute``: the wait queue, the session routing, the output list), as the
   server calls it: what the door costs over the bare engine;
+- ``door acquire+release, N parked``: the same pairs through the door while ``--parked``
+  transactions (each in its own session) wait on another variable: what waiters that the
+  traffic does not concern cost every request;
 - ``codec request`` / ``codec reply``: encode + decode of an Execute request and of a
   TransactionResult reply through ``protocol.Connection`` (send, receive_data, next_message);
 - ``pure-Python floor``: the least any pure-Python server does per blast request (split the
@@ -216,6 +219,38 @@ def door_rounds(count: int, repeat: int) -> tuple[list[float], list[float]]:
         del core, acq, rel
         gc.collect()
     return acquires, releases
+
+
+def parked_rounds(count: int, repeat: int, parked: int) -> list[float]:
+    """Acquire+release pairs per second through the door while ``parked`` transactions wait
+    on a held variable the pairs never touch; one fresh core per round."""
+    owner = object()
+    spec = SessionSpec("traffic", 600.0)
+    held = acquire_tx("held", 0)
+    rates = []
+    for r in range(repeat):
+        core = LockCore(started_at=0.0, limits=BIG)
+        holder = SessionSpec("holder", 600.0)
+        core.execute(owner, 0, holder, held, wait=None, now=NOW, trust=1.0, principal="")
+        for i in range(parked):
+            waiter = SessionSpec(f"waiter-{i}", 600.0)
+            tx = acquire_tx("held", i + 1)
+            core.execute(owner, i + 1, waiter, tx, wait=500.0, now=NOW, trust=1.0, principal="")
+        assert len(core.waits) == parked
+        pairs = [(acquire_tx(f"r{r}-k{i}", i), release_tx(f"r{r}-k{i}", i)) for i in range(count)]
+        gc.collect()
+        execute = core.execute
+        rid = parked + 1
+        start = time.perf_counter()
+        for acq, rel in pairs:
+            execute(owner, rid, spec, acq, wait=None, now=NOW, trust=1.0, principal="")
+            execute(owner, rid + 1, spec, rel, wait=None, now=NOW, trust=1.0, principal="")
+            rid += 2
+        rates.append(count / (time.perf_counter() - start))
+        assert core.engine.entry_count == 1 and len(core.waits) == parked
+        del core, pairs
+        gc.collect()
+    return rates
 
 
 def codec_rounds(count: int, repeat: int) -> tuple[list[float], list[float]]:
@@ -433,6 +468,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--only-prefill", action="store_true", help="measure only the prefill memory"
     )
+    parser.add_argument(
+        "--parked", type=int, default=1_000, help="waiters parked beside the traffic (0: skip)"
+    )
     args = parser.parse_args(argv)
 
     table = Table()
@@ -452,6 +490,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     door_acquires, door_releases = door_rounds(args.count, args.repeat)
     table.rate("door acquire (LockCore.execute)", door_acquires)
     table.rate("door release (LockCore.execute)", door_releases)
+    if args.parked:
+        table.rate(
+            f"door acquire+release pairs, {args.parked:,} parked",
+            parked_rounds(args.count // 4, args.repeat, args.parked),
+        )
     print(f"codec: {args.codec_count:,} messages x {args.repeat} rounds", flush=True)
     requests, replies = codec_rounds(args.codec_count, args.repeat)
     table.rate("codec execute request enc+dec", requests)
