@@ -60,7 +60,7 @@ import math
 import os
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -70,10 +70,12 @@ import anyio.lowlevel
 
 from protocol import Pong, Welcome
 
-from ._async_session import AsyncSession
+from ._async_session import AsyncSession, AsyncShardedSession
 from ._core import ClientCore, ClientStatistics, handshake_error, not_sent
 from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
 from ._loops import CLOSED, Slot, hooks_for_running_loop
+from ._placement import ServerAddress
+from ._sharding import Router, unavailable
 from ._wire import END, HELLO, PING, RETRY, STATS, Batch, Wire
 
 __all__ = ["AsyncLockClient", "open_lock_client"]
@@ -109,6 +111,7 @@ async def open_lock_client(
     host: str = "127.0.0.1",
     port: int = 7400,
     *,
+    servers: str | Iterable[str] | None = None,
     client_name: str = "python-trio",
     connect_timeout: float = 10.0,
     token: str | None = None,
@@ -124,6 +127,12 @@ async def open_lock_client(
     of their own (a waiting Execute may be answered much later): bound them with the event
     loop's cancel scopes or timeouts (``trio.move_on_after``, ``anyio.fail_after``,
     ``asyncio.timeout``), which is always safe (see the module docstring).
+
+    ``servers`` (instead of ``host`` and ``port``): several servers, as for the sync face's
+    :class:`~client.LockClient` (docs/client.md#several-servers): each namespace lives on one
+    of them, connections are opened lazily by the first call that needs each server (so
+    entering the block connects to none), sessions span servers, and a server that cannot be
+    reached makes the calls for its namespaces raise ServerUnavailable naming it.
     """
     failure: BaseException | None = None
     async with anyio.create_task_group() as task_group:
@@ -131,13 +140,15 @@ async def open_lock_client(
             task_group,
             host,
             port,
+            servers=servers,
             client_name=client_name,
             connect_timeout=connect_timeout,
             token=token,
             ssl_context=ssl_context,
         )
         try:
-            await client._reconnect()
+            if client._router is None:
+                await client._reconnect()
             yield client
         except BaseException as exc:
             # Raised again below, outside the task group, so it is not wrapped in an
@@ -159,11 +170,20 @@ class AsyncLockClient:
         host: str,
         port: int,
         *,
+        servers: str | Iterable[str] | None = None,
         client_name: str,
         connect_timeout: float,
         token: str | None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        router = None
+        if servers is not None:
+            if (host, port) != ("127.0.0.1", 7400):
+                raise TypeError("give either host and port or servers, not both")
+            router = Router(servers)
+            host, port = router.servers[0].host, router.servers[0].port
+            if len(router.servers) == 1:
+                router = None
         if (
             type(connect_timeout) not in (int, float)
             or not math.isfinite(connect_timeout)
@@ -183,12 +203,23 @@ class AsyncLockClient:
         self._closed = False
         # The running loop's own clock, checkpoint and parking for the per-request path.
         self._hooks = hooks_for_running_loop()
+        # Several servers: the placement, and one single-server client per server (in this
+        # client's task group), opened by the first call that needs it.
+        self._router = router
+        self._shards: dict[ServerAddress, AsyncLockClient] = {}
+        self._shard_locks = {} if router is None else {s: anyio.Lock() for s in router.servers}
 
     # --- public API -------------------------------------------------------------------------------
 
     @property
     def welcome(self) -> Welcome:
-        """The server's Welcome of the current connection (version, name, host, limits)."""
+        """The server's Welcome of the current connection (version, name, host, limits). A
+        client of several servers has one per server: ``(await client.shard(s)).welcome``."""
+        if self._router is not None:
+            raise LockClientError(
+                "a client of several servers has one welcome per server: use "
+                "(await client.shard(server)).welcome (or session.welcome_for(namespace))"
+            )
         welcome = self._core.welcome
         assert welcome is not None  # set by open_lock_client's handshake
         return welcome
@@ -217,32 +248,134 @@ class AsyncLockClient:
         While open and used, a keepalive task pings it every ``max_age / 3`` seconds of
         idleness (unless ``keepalive=False``)."""
         self.check_open()
+        if self._router is not None:
+            return AsyncShardedSession(self, session_id, max_age, description, keepalive)
         return AsyncSession(self, session_id, max_age, description, keepalive)
 
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """The servers of this client (``host:port`` ids, PROTOCOL.md §12), as configured."""
+        if self._router is None:
+            return (ServerAddress(self.host, self.port).id,)
+        return tuple(s.id for s in self._router.servers)
+
+    def server_for(self, namespace: str) -> str:
+        """The server (``host:port``) ``namespace`` lives on (PROTOCOL.md §12)."""
+        return self.place(namespace).id
+
+    async def shard(self, server: str) -> AsyncLockClient:
+        """The single-server client of ``server`` (one of :attr:`servers`), connected now if
+        it was not yet (as the sync face's :meth:`~client.LockClient.shard`)."""
+        address = Router(server).servers
+        if len(address) != 1:
+            raise ValueError(f"name one server, got {len(address)}: {server!r}")
+        if self._router is None:
+            if address[0].id != self.servers[0]:
+                raise ValueError(
+                    f"{address[0].id} is not a server of this client ({self.servers[0]})"
+                )
+            await anyio.lowlevel.checkpoint()
+            return self
+        if address[0] not in self._shard_locks:
+            raise ValueError(f"{address[0].id} is not one of this client's servers")
+        return await self.shard_client(address[0])
+
     async def ping(self) -> Pong:
-        """Liveness check: the server's ``uptime`` and ``trust``. Touches no session."""
+        """Liveness check: the server's ``uptime`` and ``trust``. Touches no session. A
+        client of several servers pings every one (ServerUnavailable naming the first that
+        cannot be reached) and returns the Pong of the one with the lowest trust."""
+        if self._router is not None:
+            pongs = [await (await self.shard_client(s)).ping() for s in self._router.servers]
+            return min(pongs, key=lambda pong: pong.trust)
         rid, data = self._core.ping()
         return await self.request(PING, rid, data)  # type: ignore[no-any-return]
 
     async def statistics(self) -> dict[str, Any]:
-        """The server's statistics (a nested map; PROTOCOL.md lists the keys)."""
+        """The server's statistics (a nested map; PROTOCOL.md lists the keys). A client of
+        several servers returns ``{server: statistics}`` for every server."""
+        if self._router is not None:
+            return {
+                s.id: await (await self.shard_client(s)).statistics() for s in self._router.servers
+            }
         rid, data = self._core.get_statistics()
         return await self.request(STATS, rid, data)  # type: ignore[no-any-return]
 
     async def end_session(self, session_id: str) -> bool:
         """End any session by id (all its entries go at once); False when it did not exist.
-        Prefer ``session.end()`` for your own sessions."""
+        Prefer ``session.end()`` for your own sessions. A client of several servers ends it on
+        every server (True when some had it); a server that cannot be reached raises
+        ServerUnavailable after the others were asked."""
+        if self._router is not None:
+            existed = False
+            failure: ServerUnavailable | None = None
+            for server in self._router.servers:
+                try:
+                    shard = await self.shard_client(server)
+                    existed = await shard.end_session(session_id) or existed
+                except ServerUnavailable as exc:
+                    failure = failure or unavailable(server, exc)
+            if failure is not None:
+                raise failure
+            return existed
         rid, data = self._core.end_session(session_id)
         return await self.request(END, rid, data)  # type: ignore[no-any-return]
 
     def local_statistics(self) -> ClientStatistics:
-        """Client-side counters: requests, drops, retries, reconnects, events."""
+        """Client-side counters: requests, drops, retries, reconnects, events (a client of
+        several servers: the sums over its per-server clients, and its own open sessions)."""
+        if self._router is not None:
+            shards = list(self._shards.values())
+            return ClientStatistics.total(
+                [s.local_statistics() for s in shards], len(self._core.open_sessions())
+            )
         conn = self._conn
         return self._core.statistics(0 if conn is None else len(conn.wire.pending))
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<AsyncLockClient {self.host}:{self.port} {state}>"
+        return f"<AsyncLockClient {','.join(self.servers)} {state}>"
+
+    # --- several servers: how an AsyncShardedSession finds its server's client; not for
+    # applications
+
+    def place(self, namespace: str) -> ServerAddress:
+        """Router port: the server ``namespace`` lives on."""
+        if self._router is None:
+            if type(namespace) is not str:
+                raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
+            return ServerAddress(self.host, self.port)
+        return self._router.place(namespace)
+
+    def split(self, calls: Iterable[Any]) -> list[tuple[ServerAddress, list[int], list[Any]]]:
+        """Router port: a batch's calls grouped by server (``Router.split``)."""
+        assert self._router is not None  # only sessions of several servers split
+        return self._router.split(calls)
+
+    async def shard_client(self, server: ServerAddress) -> AsyncLockClient:
+        """Router port: the single-server client of ``server``, opened on first use (in this
+        client's task group); ServerUnavailable naming the server when it cannot be."""
+        shard = self._shards.get(server)
+        if shard is not None:
+            return shard
+        async with self._shard_locks[server]:
+            shard = self._shards.get(server)
+            if shard is None:
+                self.check_open()
+                shard = AsyncLockClient(
+                    self._task_group,
+                    server.host,
+                    server.port,
+                    client_name=self._core.client_name,
+                    connect_timeout=self.connect_timeout,
+                    token=self._core.token,
+                    ssl_context=self.ssl_context,
+                )
+                try:
+                    await shard._reconnect()
+                except ServerUnavailable as exc:
+                    raise unavailable(server, exc) from exc
+                self._shards[server] = shard
+        return shard
 
     # --- the session port (client._port.AsyncSessionPort): how an AsyncSession sends and runs
     # its keepalive; not for applications
@@ -449,6 +582,10 @@ class AsyncLockClient:
             raise not_sent(exc) from exc
 
     async def _reconnect(self) -> _Connection:
+        if self._router is not None:
+            raise LockClientError(
+                "a client of several servers sends through its per-server clients, not itself"
+            )
         async with self._connect_lock:
             self.check_open()
             conn = self._conn
@@ -534,6 +671,8 @@ class AsyncLockClient:
             state._stop_keepalive()
         if self._conn is not None:
             self._break(self._conn, "the client was closed")
+        for shard in self._shards.values():
+            shard._shutdown()
         self._task_group.cancel_scope.cancel()
 
 

@@ -27,15 +27,17 @@ from types import TracebackType
 import anyio
 import anyio.lowlevel
 
-from protocol import LockLost, Statement
+from protocol import LockLost, Statement, Welcome
 
 from ._core import BatchCall, SessionState
-from ._errors import ClientClosed, LockClientError
-from ._port import AsyncSessionPort
+from ._errors import BatchError, ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
+from ._placement import ServerAddress
+from ._port import AsyncRouterPort, AsyncSessionPort
 from ._result import Result
+from ._sharding import merge_outcomes, unavailable
 from ._wire import END, EXECUTE, KEEPALIVE, batch_results
 
-__all__ = ["AsyncSession"]
+__all__ = ["AsyncSession", "AsyncShardedSession"]
 
 log = logging.getLogger("client")
 
@@ -65,6 +67,16 @@ class AsyncSession(SessionState):
         """The :class:`~client.AsyncLockClient` this session runs on (its ``welcome``
         limits, its events), typed as the session's port."""
         return self._client
+
+    def server_for(self, namespace: str) -> str:
+        """The server (``host:port``) this session's calls in ``namespace`` go to."""
+        return self._client.place(namespace).id
+
+    async def welcome_for(self, namespace: str) -> Welcome:
+        """The Welcome (limits included) of the server ``namespace`` lives on. (Returns
+        without a checkpoint here: the recipes ask it on every acquire; a session of several
+        servers may connect.)"""
+        return self._client.welcome
 
     async def execute(
         self,
@@ -195,3 +207,131 @@ class AsyncSession(SessionState):
                     return
                 except LockClientError as exc:
                     self._keepalive_failed(exc, self._now(), interval)
+
+
+class AsyncShardedSession(AsyncSession):
+    """A session of an :class:`AsyncLockClient` of several servers: one id, and on each
+    server it touches an ordinary :class:`AsyncSession` with that id (its *part*), as the
+    sync face's :class:`~client._sync_session.ShardedSession`."""
+
+    def __init__(
+        self,
+        client: AsyncRouterPort,
+        session_id: str | None,
+        max_age: float,
+        description: str,
+        keepalive: bool,
+    ) -> None:
+        super().__init__(client, session_id, max_age, description, keepalive)
+        self._router = client
+        self._parts: dict[ServerAddress, AsyncSession] = {}
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """The servers this session has been used on so far (``host:port``)."""
+        return tuple(server.id for server in self._parts)
+
+    async def welcome_for(self, namespace: str) -> Welcome:
+        return (await self._part(self._router.place(namespace)))._client.welcome
+
+    async def _part(self, server: ServerAddress) -> AsyncSession:
+        """The part on ``server``, made (and that server's client opened) on first use."""
+        part = self._parts.get(server)
+        if part is not None:
+            return part
+        self._check_open()
+        try:
+            shard = await self._router.shard_client(server)
+        except ServerUnavailable as exc:
+            raise unavailable(server, exc) from exc
+        part = self._parts.get(server)  # another task may have made it meanwhile
+        if part is None:
+            part = AsyncSession(shard, self.id, self.max_age, self.description, self._keepalive)
+            part.add_lost_listener(self._deliver)
+            self._parts[server] = part
+        return part
+
+    async def execute(
+        self,
+        namespace: str,
+        statements: Iterable[Statement],
+        *,
+        min_uptime: float = 0.0,
+        min_trust: float = 0.0,
+        description: str = "",
+        transaction_id: str | None = None,
+        wait: float | None = None,
+    ) -> Result:
+        self._check_open()
+        server = self._router.place(namespace)
+        part = await self._part(server)
+        try:
+            return await part.execute(
+                namespace,
+                statements,
+                min_uptime=min_uptime,
+                min_trust=min_trust,
+                description=description,
+                transaction_id=transaction_id,
+                wait=wait,
+            )
+        except ServerUnavailable as exc:
+            raise unavailable(server, exc) from exc
+
+    execute.__doc__ = AsyncSession.execute.__doc__
+
+    async def execute_many(
+        self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
+    ) -> list[Result]:
+        """As :meth:`AsyncSession.execute_many`; the calls of each server go to it as one
+        batch (servers one after another), the results come back in the caller's order, and
+        a server that cannot be reached fails its calls only (as the sync face)."""
+        calls = list(calls)
+        self._check_open()
+        groups = self._router.split(calls)
+        if not groups:
+            self._router.check_open()
+            await anyio.lowlevel.checkpoint()
+            return []
+        if len(groups) > 1:
+            self._build_batch_frames(calls, min_uptime, min_trust)  # validates every call
+        parts: list[tuple[list[int], list[Result] | BaseException]] = []
+        for server, indexes, items in groups:
+            try:
+                part = await self._part(server)
+                results = await part.execute_many(items, min_uptime=min_uptime, min_trust=min_trust)
+            except ServerUnavailable as exc:
+                if len(groups) == 1:
+                    raise unavailable(server, exc) from exc
+                parts.append((indexes, unavailable(server, exc)))
+            except (BatchError, ConnectionLost) as exc:
+                if len(groups) == 1:
+                    raise
+                parts.append((indexes, exc))
+            else:
+                parts.append((indexes, results))
+        return merge_outcomes(len(calls), parts)
+
+    async def end(self) -> bool:
+        """End the session on every server it was used on (as the sync face's
+        :meth:`~client._sync_session.ShardedSession.end`)."""
+        if self._ended:
+            await anyio.lowlevel.checkpoint()
+            return False
+        self._mark_ended()
+        existed = False
+        failure: LockClientError | None = None
+        for server, part in list(self._parts.items()):
+            try:
+                existed = await part.end() or existed
+            except ServerUnavailable as exc:
+                failure = failure or unavailable(server, exc)
+            except LockClientError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return existed
+
+    def _stop_keepalive(self) -> None:
+        for part in list(self._parts.values()):
+            part._stop_keepalive()

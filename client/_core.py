@@ -108,6 +108,17 @@ class ClientStatistics:
     # session whose guarantee ran out while disconnected); not counted in ``events``.
     events_synthetic: int = 0
 
+    @classmethod
+    def total(cls, parts: list[ClientStatistics], open_sessions: int) -> ClientStatistics:
+        """The counters of a client of several servers: the sums of its per-server clients'
+        counters, except ``open_sessions`` (its own sessions, each spanning servers)."""
+        sums = {
+            f.name: sum(getattr(p, f.name) for p in parts)
+            for f in attrs.fields(cls)
+            if f.name != "open_sessions"
+        }
+        return cls(open_sessions=open_sessions, **sums)
+
 
 class SessionState:
     """The face-independent half of a session: identity, lost-event listeners, keepalive

@@ -84,7 +84,12 @@ class ConnectionLost(TransportError):
 
 
 class ServerUnavailable(TransportError):
-    """No connection to the server could be made or completed; nothing was executed."""
+    """No connection to the server could be made or completed; nothing was executed.
+
+    ``server``: the server's ``host:port`` when the client has several servers (its calls for
+    that server's namespaces raise this; the other servers are not affected), else None."""
+
+    server: str | None = None
 
 
 class ClientTimeout(LockClientError, TimeoutError):

@@ -44,7 +44,7 @@ class ServerAddress:
 
     @property
     def id(self) -> str:
-        host = self.host.lower()
+        host = self.host.lower()  # as parse_servers makes it; kept for hand-made addresses
         if ":" in host:
             host = f"[{host}]"
         return f"{host}:{self.port}"
@@ -86,6 +86,7 @@ def _parse_one(item: str) -> list[ServerAddress]:
         raise ValueError(f"server {item!r}: the port range runs backwards ({first}-{last})")
     if last - first + 1 > MAX_SERVERS:
         raise ValueError(f"server {item!r}: more than {MAX_SERVERS} servers in one range")
+    host = host.lower()  # DNS names and IPv6 literals are case-insensitive
     return [ServerAddress(host, port) for port in range(first, last + 1)]
 
 

@@ -21,19 +21,25 @@ The contract of every method is the client's docstring; in short:
   Cancel of a timed-out waiting Execute); async only: ``start_soon(fn, *args)`` runs a
   background task (a session's keepalive) in the client's own task group, and ``clock`` is
   the event loop's clock (a function), which the session's deadlines use.
-- The rest is the client's public API that recipes use through ``session.client``.
+- The rest is the client's public API that recipes use through ``session.client``, and
+  ``place(namespace)``: the server a namespace lives on.
+- A client of several servers is also a *router port*: ``split(calls)`` (a batch grouped
+  by server) and ``shard_client(server)`` (that server's single-server client, opened on
+  first use), which a session over several servers uses to run each call on its server
+  (``client._sharding``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from protocol import Pong, Welcome
 
 from ._core import ClientCore, ClientStatistics
+from ._placement import ServerAddress
 
-__all__ = ["AsyncSessionPort", "SessionPort"]
+__all__ = ["AsyncRouterPort", "AsyncSessionPort", "RouterPort", "SessionPort"]
 
 
 class SessionPort(Protocol):
@@ -67,6 +73,8 @@ class SessionPort(Protocol):
 
     def local_statistics(self) -> ClientStatistics: ...
 
+    def place(self, namespace: str) -> ServerAddress: ...
+
 
 class AsyncSessionPort(Protocol):
     """What an :class:`~client.AsyncSession` needs of its client (``AsyncLockClient``)."""
@@ -98,3 +106,23 @@ class AsyncSessionPort(Protocol):
     async def end_session(self, session_id: str) -> bool: ...
 
     def local_statistics(self) -> ClientStatistics: ...
+
+    def place(self, namespace: str) -> ServerAddress: ...
+
+
+class RouterPort(SessionPort, Protocol):
+    """What a sync session over several servers (``ShardedSession``) needs of its client: a
+    ``LockClient`` given several servers."""
+
+    def split(self, calls: Iterable[Any]) -> list[tuple[ServerAddress, list[int], list[Any]]]: ...
+
+    def shard_client(self, server: ServerAddress) -> SessionPort: ...
+
+
+class AsyncRouterPort(AsyncSessionPort, Protocol):
+    """What an async session over several servers (``AsyncShardedSession``) needs of its
+    client: an ``AsyncLockClient`` given several servers."""
+
+    def split(self, calls: Iterable[Any]) -> list[tuple[ServerAddress, list[int], list[Any]]]: ...
+
+    async def shard_client(self, server: ServerAddress) -> AsyncSessionPort: ...

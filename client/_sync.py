@@ -52,6 +52,7 @@ import socket
 import ssl
 import threading
 import weakref
+from collections.abc import Iterable
 from time import monotonic
 from types import TracebackType
 from typing import Any
@@ -60,7 +61,9 @@ from protocol import Pong, Welcome
 
 from ._core import ClientCore, ClientStatistics, handshake_error, not_sent
 from ._errors import ClientClosed, ClientTimeout, ConnectionLost, LockClientError, ServerUnavailable
-from ._sync_session import Session
+from ._placement import ServerAddress
+from ._sharding import Router, unavailable
+from ._sync_session import Session, ShardedSession
 from ._wire import BATCH, END, HELLO, PING, RETRY, STATS, Batch, Wire
 
 __all__ = ["LockClient"]
@@ -76,6 +79,14 @@ def _positive(name: str, value: float) -> float:
     if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
+
+
+def _one_server(server: str) -> tuple[str, int]:
+    """``(host, port)`` of the one server ``server`` names (ValueError otherwise)."""
+    parsed = Router(server).servers
+    if len(parsed) != 1:
+        raise ValueError(f"name one server, got {len(parsed)}: {server!r}")
+    return parsed[0].host, parsed[0].port
 
 
 def _readable(sock: socket.socket) -> bool:
@@ -122,7 +133,8 @@ class _Connection:
 
 
 class LockClient:
-    """A blocking, thread-safe client: one TCP connection shared by every thread.
+    """A blocking, thread-safe client: one TCP connection shared by every thread; or, given
+    several ``servers``, one client over all of them (below).
 
     ``timeout`` bounds each call (extended by the ``wait`` of an Execute); ``connect_timeout``
     bounds connecting and the handshake. The connection is made at construction (raises
@@ -134,6 +146,15 @@ class LockClient:
     A client dropped without :meth:`close` does not outlive its last reference: once it and
     its sessions are collected, their keepalive threads end and the socket is closed (the
     server then expires the sessions after their ``max_age``).
+
+    ``servers`` (instead of ``host`` and ``port``): ``["lock-1:7400", "lock-2:7400"]``, or one
+    string such as ``"127.0.0.1:7400-7403"`` (ports 7400 to 7403) or ``"a:7400,b:7400"``.
+    One server is exactly the host/port form. Several make a client of several servers
+    (docs/client.md#several-servers): each namespace lives on one of them (PROTOCOL.md §12,
+    :meth:`server_for`); connections are opened lazily, one per server, by the first call
+    that needs it (so the constructor connects to none); sessions span servers; a server that
+    cannot be reached makes the calls for its namespaces raise :class:`ServerUnavailable`
+    naming it. The other arguments apply to every server.
     """
 
     def __init__(
@@ -141,18 +162,33 @@ class LockClient:
         host: str = "127.0.0.1",
         port: int = 7400,
         *,
+        servers: str | Iterable[str] | None = None,
         timeout: float = 10.0,
         client_name: str = "python-sync",
         connect_timeout: float = 5.0,
         token: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        router = None
+        if servers is not None:
+            if (host, port) != ("127.0.0.1", 7400):
+                raise TypeError("give either host and port or servers, not both")
+            router = Router(servers)
+            host, port = router.servers[0].host, router.servers[0].port
+            if len(router.servers) == 1:
+                router = None
         self.host = host
         self.port = port
         self.timeout = _positive("timeout", timeout)
         self.connect_timeout = _positive("connect_timeout", connect_timeout)
         self.ssl_context = ssl_context
         self._core = ClientCore(client_name, token)
+        # Several servers: the placement, and one single-server client per server, opened by
+        # the first call that needs it (each under its own lock, so a server that is slow to
+        # answer does not hold up opening the others).
+        self._router = router
+        self._shards: dict[ServerAddress, LockClient] = {}
+        self._shard_locks = {} if router is None else {s: threading.Lock() for s in router.servers}
         self._cond = threading.Condition(threading.Lock())
         self._send_lock = threading.Lock()
         self._connect_lock = threading.Lock()
@@ -160,13 +196,20 @@ class LockClient:
         self._closed = False
         self._socket = _SocketHolder()
         self._finalizer = weakref.finalize(self, self._socket.close)
-        self._reconnect()
+        if router is None:
+            self._reconnect()
 
     # --- public API -------------------------------------------------------------------------------
 
     @property
     def welcome(self) -> Welcome:
-        """The server's Welcome of the current connection (version, name, host, limits)."""
+        """The server's Welcome of the current connection (version, name, host, limits). A
+        client of several servers has one per server: ``client.shard(server).welcome``."""
+        if self._router is not None:
+            raise LockClientError(
+                "a client of several servers has one welcome per server: use "
+                "client.shard(server).welcome (or session.welcome_for(namespace))"
+            )
         welcome = self._core.welcome
         assert welcome is not None  # set by the constructor's handshake
         return welcome
@@ -195,26 +238,81 @@ class LockClient:
         been used, a keepalive thread pings it every ``max_age / 3`` seconds of idleness (unless
         ``keepalive=False``), so a slow critical section does not lose its locks."""
         self.check_open()
+        if self._router is not None:
+            return ShardedSession(self, session_id, max_age, description, keepalive)
         return Session(self, session_id, max_age, description, keepalive)
 
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """The servers of this client (``host:port`` ids, PROTOCOL.md §12), as configured."""
+        if self._router is None:
+            return (ServerAddress(self.host, self.port).id,)
+        return tuple(s.id for s in self._router.servers)
+
+    def server_for(self, namespace: str) -> str:
+        """The server (``host:port``) ``namespace`` lives on (PROTOCOL.md §12)."""
+        return self.place(namespace).id
+
+    def shard(self, server: str) -> LockClient:
+        """The single-server client of ``server`` (one of :attr:`servers`), connected now if
+        it was not yet: its ``ping``, ``statistics`` and ``welcome`` are that server's. A
+        client of one server returns itself. ServerUnavailable naming the server when it
+        cannot be reached; ValueError for a server not in the list."""
+        address = ServerAddress(*_one_server(server))
+        if self._router is None:
+            if address.id != self.servers[0]:
+                raise ValueError(f"{address.id} is not a server of this client ({self.servers[0]})")
+            return self
+        if address not in self._shard_locks:
+            raise ValueError(f"{address.id} is not one of this client's servers")
+        return self.shard_client(address)
+
     def ping(self) -> Pong:
-        """Liveness check: the server's ``uptime`` and ``trust``. Touches no session."""
+        """Liveness check: the server's ``uptime`` and ``trust``. Touches no session. A
+        client of several servers pings every one of them (ServerUnavailable naming the first
+        that cannot be reached) and returns the Pong of the one with the lowest trust."""
+        if self._router is not None:
+            pongs = [self.shard_client(s).ping() for s in self._router.servers]
+            return min(pongs, key=lambda pong: pong.trust)
         rid, data = self._core.ping()
         return self.request(PING, rid, data, self.timeout)  # type: ignore[no-any-return]
 
     def statistics(self) -> dict[str, Any]:
-        """The server's statistics (a nested map; PROTOCOL.md lists the keys)."""
+        """The server's statistics (a nested map; PROTOCOL.md lists the keys). A client of
+        several servers returns ``{server: statistics}`` for every server (ServerUnavailable
+        naming the first that cannot be reached)."""
+        if self._router is not None:
+            return {s.id: self.shard_client(s).statistics() for s in self._router.servers}
         rid, data = self._core.get_statistics()
         return self.request(STATS, rid, data, self.timeout)  # type: ignore[no-any-return]
 
     def end_session(self, session_id: str) -> bool:
         """End any session by id (all its entries go at once); False when it did not exist.
-        Prefer ``session.end()`` for your own sessions."""
+        Prefer ``session.end()`` for your own sessions. A client of several servers ends it on
+        every server (True when some had it); a server that cannot be reached raises
+        ServerUnavailable after the others were asked."""
+        if self._router is not None:
+            existed = False
+            failure: ServerUnavailable | None = None
+            for server in self._router.servers:
+                try:
+                    existed = self.shard_client(server).end_session(session_id) or existed
+                except ServerUnavailable as exc:
+                    failure = failure or unavailable(server, exc)
+            if failure is not None:
+                raise failure
+            return existed
         rid, data = self._core.end_session(session_id)
         return self.request(END, rid, data, self.timeout)  # type: ignore[no-any-return]
 
     def local_statistics(self) -> ClientStatistics:
-        """Client-side counters: requests, drops, retries, reconnects, events."""
+        """Client-side counters: requests, drops, retries, reconnects, events (a client of
+        several servers: the sums over its per-server clients, and its own open sessions)."""
+        if self._router is not None:
+            shards = list(self._shards.values())
+            return ClientStatistics.total(
+                [s.local_statistics() for s in shards], len(self._core.open_sessions())
+            )
         conn = self._conn
         with self._cond:
             in_flight = 0 if conn is None else len(conn.wire.pending)
@@ -227,6 +325,11 @@ class LockClient:
         if timeout < 0:
             raise ValueError(f"timeout must be >= 0, got {timeout!r}")
         self.check_open()
+        if self._router is not None:
+            shards = list(self._shards.values())
+            for shard in shards:
+                shard.process_events(timeout / len(shards))
+            return
         conn = self._conn
         if conn is None or conn.broken is not None:
             return
@@ -253,6 +356,8 @@ class LockClient:
             state._stop_keepalive()
         if conn is not None:
             self._break(conn, "the client was closed")
+        for shard in list(self._shards.values()):
+            shard.close()
 
     def __enter__(self) -> LockClient:
         return self
@@ -267,7 +372,50 @@ class LockClient:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<LockClient {self.host}:{self.port} {state}>"
+        return f"<LockClient {','.join(self.servers)} {state}>"
+
+    # --- several servers: how a ShardedSession finds its server's client; not for applications
+
+    def place(self, namespace: str) -> ServerAddress:
+        """Router port: the server ``namespace`` lives on."""
+        if self._router is None:
+            if type(namespace) is not str:
+                raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
+            return ServerAddress(self.host, self.port)
+        return self._router.place(namespace)
+
+    def split(self, calls: Iterable[Any]) -> list[tuple[ServerAddress, list[int], list[Any]]]:
+        """Router port: a batch's calls grouped by server (``Router.split``)."""
+        assert self._router is not None  # only sessions of several servers split
+        return self._router.split(calls)
+
+    def shard_client(self, server: ServerAddress) -> LockClient:
+        """Router port: the single-server client of ``server`` (a server of this client),
+        opened on first use; ServerUnavailable naming the server when it cannot be."""
+        shard = self._shards.get(server)
+        if shard is not None:
+            return shard
+        with self._shard_locks[server]:
+            shard = self._shards.get(server)
+            if shard is None:
+                self.check_open()
+                try:
+                    shard = LockClient(
+                        server.host,
+                        server.port,
+                        timeout=self.timeout,
+                        client_name=self._core.client_name,
+                        connect_timeout=self.connect_timeout,
+                        token=self._core.token,
+                        ssl_context=self.ssl_context,
+                    )
+                except ServerUnavailable as exc:
+                    raise unavailable(server, exc) from exc
+                self._shards[server] = shard
+        if self._closed:  # closed while connecting: close() may have missed it
+            shard.close()
+            self.check_open()
+        return shard
 
     # --- the session port (client._port.SessionPort): how a Session sends; not for applications
 
@@ -504,6 +652,10 @@ class LockClient:
     # --- connection lifecycle ---------------------------------------------------------------------
 
     def _reconnect(self) -> _Connection:
+        if self._router is not None:
+            raise LockClientError(
+                "a client of several servers sends through its per-server clients, not itself"
+            )
         with self._connect_lock:
             self.check_open()
             conn = self._conn

@@ -30,15 +30,24 @@ from time import monotonic
 from types import TracebackType
 from typing import Any
 
-from protocol import Statement
+from protocol import Statement, Welcome
 
 from ._core import BatchCall, SessionState
-from ._errors import ClientClosed, ClientTimeout, ConnectionLost, LockClientError
-from ._port import SessionPort
+from ._errors import (
+    BatchError,
+    ClientClosed,
+    ClientTimeout,
+    ConnectionLost,
+    LockClientError,
+    ServerUnavailable,
+)
+from ._placement import ServerAddress
+from ._port import RouterPort, SessionPort
 from ._result import Result
+from ._sharding import merge_outcomes, unavailable
 from ._wire import END, EXECUTE, KEEPALIVE, batch_results
 
-__all__ = ["BATCH_CHUNK", "Session"]
+__all__ = ["BATCH_CHUNK", "Session", "ShardedSession"]
 
 #: Calls per write of a sync ``execute_many``: a bigger batch goes out in chunks, each chunk's
 #: replies read before the next is sent. The sync face reads only once its write is done, so
@@ -72,6 +81,14 @@ class Session(SessionState):
         """The :class:`~client.LockClient` this session runs on (its ``welcome`` limits, its
         events), typed as the session's port."""
         return self._client
+
+    def server_for(self, namespace: str) -> str:
+        """The server (``host:port``) this session's calls in ``namespace`` go to."""
+        return self._client.place(namespace).id
+
+    def welcome_for(self, namespace: str) -> Welcome:
+        """The Welcome (limits included) of the server ``namespace`` lives on."""
+        return self._client.welcome
 
     def execute(
         self,
@@ -265,3 +282,143 @@ def _keepalive_loop(ref: weakref.ref[Session], stop: threading.Event, interval: 
             del session  # nothing of the session is held while waiting
         if delay > 0:
             stop.wait(delay)
+
+
+class ShardedSession(Session):
+    """A session of a :class:`LockClient` of several servers: one id, and on each server it
+    touches an ordinary :class:`Session` with that id (its *part*), made by its first call
+    there, with its own keepalive and ``valid_until``. Lost events of every part reach this
+    session's listeners (and ``lost_events``). ``execute`` runs on the part of the
+    namespace's server; ``execute_many`` splits the batch by server and answers in the
+    caller's order; ``end`` ends every part (docs/client.md#several-servers)."""
+
+    def __init__(
+        self,
+        client: RouterPort,
+        session_id: str | None,
+        max_age: float,
+        description: str,
+        keepalive: bool,
+    ) -> None:
+        super().__init__(client, session_id, max_age, description, keepalive)
+        self._router = client
+        self._parts: dict[ServerAddress, Session] = {}
+        self._parts_lock = threading.Lock()
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """The servers this session has been used on so far (``host:port``)."""
+        return tuple(server.id for server in self._parts)
+
+    def server_for(self, namespace: str) -> str:
+        return self._router.place(namespace).id
+
+    def welcome_for(self, namespace: str) -> Welcome:
+        return self._part(self._router.place(namespace))._client.welcome
+
+    def _part(self, server: ServerAddress) -> Session:
+        """The part on ``server``, made (and that server's client opened) on first use."""
+        part = self._parts.get(server)
+        if part is not None:
+            return part
+        self._check_open()
+        shard = self._router.shard_client(server)  # outside the lock: it may connect
+        with self._parts_lock:
+            part = self._parts.get(server)
+            if part is None:
+                part = Session(shard, self.id, self.max_age, self.description, self._keepalive)
+                part.add_lost_listener(self._deliver)
+                self._parts[server] = part
+        return part
+
+    def execute(
+        self,
+        namespace: str,
+        statements: Iterable[Statement],
+        *,
+        min_uptime: float = 0.0,
+        min_trust: float = 0.0,
+        description: str = "",
+        transaction_id: str | None = None,
+        wait: float | None = None,
+    ) -> Result:
+        self._check_open()
+        server = self._router.place(namespace)
+        try:
+            return self._part(server).execute(
+                namespace,
+                statements,
+                min_uptime=min_uptime,
+                min_trust=min_trust,
+                description=description,
+                transaction_id=transaction_id,
+                wait=wait,
+            )
+        except ServerUnavailable as exc:
+            raise unavailable(server, exc) from exc
+
+    execute.__doc__ = Session.execute.__doc__
+
+    def execute_many(
+        self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
+    ) -> list[Result]:
+        """As :meth:`Session.execute_many`; the calls of each server go to it as one batch
+        (servers one after another), and the results come back in the caller's order. A
+        server that cannot be reached fails its calls only (ServerUnavailable in the
+        BatchError's ``results``)."""
+        calls = list(calls)
+        self._check_open()
+        groups = self._router.split(calls)
+        if not groups:
+            self._router.check_open()
+            return []
+        if len(groups) > 1:
+            # Every call is validated before anything is sent, as in a one-server batch (the
+            # errors name the call's place in the whole batch).
+            self._build_batch_frames(calls, min_uptime, min_trust)
+        parts: list[tuple[list[int], list[Result] | BaseException]] = []
+        for server, indexes, items in groups:
+            try:
+                parts.append(
+                    (
+                        indexes,
+                        self._part(server).execute_many(
+                            items, min_uptime=min_uptime, min_trust=min_trust
+                        ),
+                    )
+                )
+            except ServerUnavailable as exc:
+                if len(groups) == 1:
+                    raise unavailable(server, exc) from exc
+                parts.append((indexes, unavailable(server, exc)))
+            except (BatchError, ConnectionLost, ClientTimeout) as exc:
+                if len(groups) == 1:
+                    raise
+                parts.append((indexes, exc))
+        return merge_outcomes(len(calls), parts)
+
+    def end(self) -> bool:
+        """End the session on every server it was used on; True when some server still had
+        it. A server that cannot be reached raises ServerUnavailable once the others are
+        ended (there the session expires after ``max_age``)."""
+        if self._ended:
+            return False
+        self._mark_ended()
+        with self._parts_lock:
+            parts = list(self._parts.items())
+        existed = False
+        failure: LockClientError | None = None
+        for server, part in parts:
+            try:
+                existed = part.end() or existed
+            except ServerUnavailable as exc:
+                failure = failure or unavailable(server, exc)
+            except LockClientError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return existed
+
+    def _stop_keepalive(self) -> None:
+        for part in list(self._parts.values()):
+            part._stop_keepalive()

@@ -9,6 +9,8 @@ its outcome; it never touches a socket, a thread or an event loop. A face's driv
 
 - :data:`NOW` -> the driver sends back its clock's time (``time.monotonic`` on the sync face,
   the event loop's clock on the async face).
+- :data:`WELCOME` -> the driver sends back the Welcome of the server the lock's namespace
+  lives on (``session.welcome_for``; on a client of several servers this may connect).
 - :class:`Execute` -> the driver runs the statements in the lock's session and namespace and
   sends back the :class:`~client.Result`, or throws the call's exception into the generator.
   A ``cleanup`` step is one that must finish even when the caller is being cancelled: the
@@ -43,6 +45,7 @@ from ._kinds import TaskClaimKind, task_state
 
 __all__ = [
     "NOW",
+    "WELCOME",
     "Execute",
     "Now",
     "Op",
@@ -71,6 +74,25 @@ class Now:
 
 
 NOW = Now()
+
+
+class Welcome:
+    """The step "send me the Welcome of the lock's server" (use the singleton
+    :data:`WELCOME`): its limits bound the ``wait`` an attempt may ask for."""
+
+    __slots__ = ()
+    cleanup = False
+
+    def __repr__(self) -> str:
+        return "WELCOME"
+
+    def run(self, session: Any, namespace: str) -> Any:
+        """``session.welcome_for(namespace)``: the Welcome (sync face) or an awaitable of it
+        (async face)."""
+        return session.welcome_for(namespace)
+
+
+WELCOME = Welcome()
 
 
 class Execute:
@@ -108,7 +130,7 @@ class Execute:
         )
 
 
-Step = Now | Execute
+Step = Now | Welcome | Execute
 #: An operation: yields steps, receives their outcomes, returns its result.
 Op = Generator[Step, Any, T]
 
@@ -128,14 +150,14 @@ class Run(Generic[T]):
         self.error: BaseException | None = None
         self.result: T
 
-    def next(self) -> Execute | None:
+    def next(self) -> Execute | Welcome | None:
         op = self.op
         value, error = self.value, self.error
         self.value = self.error = None
         try:
             while True:
                 step = op.send(value) if error is None else op.throw(error)
-                if type(step) is Execute:
+                if type(step) is Execute or step is WELCOME:
                     return step
                 value, error = self.clock(), None
         except StopIteration as stop:
@@ -148,13 +170,18 @@ def acquire(lock: LockCore[Any], blocking: bool, timeout: float | None) -> Op[bo
     timed out on the server). See the faces' docstrings for the contract."""
     plan = lock._start_acquire(blocking, timeout, (yield NOW))
     try:
+        max_wait = max_wait_of((yield WELCOME).limits)
+    except BaseException:  # nothing was sent: no cleanup
+        lock._abandon_acquire()
+        raise
+    try:
         while True:
             sent_at = yield NOW
             result = yield Execute(
                 plan.statements,
                 min_uptime=lock.min_uptime,
                 min_trust=lock.min_trust,
-                wait=plan.wait(sent_at, max_wait_of(lock.session.client.welcome.limits)),
+                wait=plan.wait(sent_at, max_wait),
             )
             done = lock._attempt_done(plan, result, sent_at, (yield NOW))
             if done is not None:

@@ -25,13 +25,17 @@ class _Client:
 
 
 class FakeSession(SessionState):
-    """A session of no client: only what the operations read (``client.welcome.limits``,
+    """A session of no client: only what the operations read (``welcome_for(ns).limits``,
     the lost listeners)."""
 
     client = _Client()
 
     def __init__(self) -> None:
         super().__init__(ClientCore("ops"), "s1", 60.0, "", True)
+
+    def welcome_for(self, namespace: str) -> _Welcome:
+        assert namespace == "ns"
+        return self.client.welcome
 
 
 def result(ok: bool, *, fence: int = 7, cause: Cause = Cause.STATEMENT, data: Any = ()) -> Result:
@@ -62,8 +66,8 @@ def mutex() -> Mutex:
 def first_execute(op: _ops.Op[Any], now: float) -> _ops.Execute:
     """Start ``op`` and answer its clock steps with ``now`` until it wants a call."""
     step = next(op)
-    while step is _ops.NOW:
-        step = op.send(now)
+    while step is _ops.NOW or step is _ops.WELCOME:
+        step = op.send(now if step is _ops.NOW else _Welcome())
     assert isinstance(step, _ops.Execute)
     return step
 
@@ -177,8 +181,9 @@ def test_leaving_a_block_releases_and_reports_a_loss_unless_the_block_failed(
 
 
 def test_run_drives_a_whole_acquire_and_release_in_memory() -> None:
-    """``Run`` answers clock steps from its clock and hands out only Execute steps; an
-    in-memory "server" is enough to acquire, probe, refresh and release a Mutex."""
+    """``Run`` answers clock steps from its clock and hands out Execute steps and the
+    WELCOME step (which the driver answers from the session); an in-memory "server" is
+    enough to acquire, probe, refresh and release a Mutex."""
     lock = mutex()
     clock = iter(float(t) for t in range(100))
     calls: list[_ops.Execute] = []
@@ -186,8 +191,12 @@ def test_run_drives_a_whole_acquire_and_release_in_memory() -> None:
     def drive(op: _ops.Op[Any], answer: Result) -> Any:
         run = _ops.Run(op, lambda: next(clock))
         while (step := run.next()) is not None:
-            calls.append(step)
-            run.value = answer
+            if isinstance(step, _ops.Execute):
+                calls.append(step)
+                run.value = answer
+            else:
+                assert step is _ops.WELCOME
+                run.value = step.run(lock.session, lock.namespace)
         return run.result
 
     assert drive(_ops.acquire(lock, True, None), result(True, fence=3)) is True
@@ -204,9 +213,27 @@ def test_run_throws_a_call_error_into_the_operation() -> None:
     """An error the driver reports (``run.error``) is raised inside the operation, which
     runs its cleanup step and re-raises it out of ``next()``."""
     run = _ops.Run(_ops.acquire(mutex(), True, None), lambda: 0.0)
-    assert run.next() is not None
+    assert run.next() is _ops.WELCOME
+    run.value = _Welcome()
+    assert isinstance(run.next(), _ops.Execute)
     run.error = ClientTimeout("x")
     cleanup = run.next()
     assert cleanup is not None and cleanup.cleanup
     with pytest.raises(ClientTimeout):
         run.next()
+
+
+def test_an_error_fetching_the_welcome_abandons_the_acquire_without_a_call() -> None:
+    """The WELCOME step fails (a client of several servers could not reach the lock's
+    server): nothing was sent, so no cleanup step; the error propagates and the lock can be
+    acquired again."""
+    from client import ServerUnavailable
+
+    lock = mutex()
+    run = _ops.Run(_ops.acquire(lock, True, None), lambda: 0.0)
+    assert run.next() is _ops.WELCOME
+    run.error = ServerUnavailable("server 127.0.0.1:1: cannot connect")
+    with pytest.raises(ServerUnavailable):
+        run.next()
+    assert not lock.held
+    first_execute(_ops.acquire(lock, False, None), 1.0)  # not "already being acquired"

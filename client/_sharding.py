@@ -1,0 +1,115 @@
+"""One client over several servers, the socket-free half both faces share: which server a
+namespace lives on (cached), how a batch splits by server and how its outcomes merge back,
+and what a server that cannot be reached raises.
+
+Why here: the sync and the async face route the same way; only their I/O differs. Placement
+itself (the hash, the server list) is ``_placement`` (PROTOCOL.md §12).
+
+Theory of operation (docs/client.md#several-servers):
+- A client given several servers is a *router*: it holds one ordinary single-server client
+  per server, opened lazily by the first call that needs that server, and sessions that are
+  *composite*: one session id, and on each server it touches an ordinary session with that
+  id, created there lazily (its own keepalive, its own ``valid_until``, its own lost
+  events, which reach the composite's listeners).
+- A call for a namespace goes to its server's client unchanged; the only cost on the call
+  path is one dict lookup (:meth:`Router.place`).
+- A server that cannot be reached makes the calls for *its* namespaces raise
+  :class:`ServerUnavailable` naming it (:func:`unavailable`); other servers' clients and
+  sessions are separate objects, so they are not touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ._core import BatchCall
+from ._errors import BatchError, LockClientError, ServerUnavailable
+from ._placement import ServerAddress, parse_servers, place
+from ._result import Result
+
+__all__ = ["Router", "merge_outcomes", "unavailable"]
+
+#: Namespaces whose placement a router remembers; past this the memo starts again (placing
+#: is a few microseconds, the memo only saves them on the hot path).
+PLACEMENT_MEMO = 65_536
+
+
+class Router:
+    """The placement of one client over its servers, with a memo of namespace -> server."""
+
+    __slots__ = ("_memo", "servers")
+
+    def __init__(self, servers: str | Iterable[str]) -> None:
+        self.servers: tuple[ServerAddress, ...] = parse_servers(servers)
+        self._memo: dict[str, ServerAddress] = {}
+
+    def place(self, namespace: str) -> ServerAddress:
+        """The server ``namespace`` lives on (TypeError when it is not a str)."""
+        server = self._memo.get(namespace)
+        if server is None:
+            if type(namespace) is not str:
+                raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
+            if len(self._memo) >= PLACEMENT_MEMO:
+                self._memo.clear()
+            server = self._memo[namespace] = place(namespace, self.servers)
+        return server
+
+    def split(self, calls: Iterable[BatchCall]) -> list[tuple[ServerAddress, list[int], list[Any]]]:
+        """The calls of a batch grouped by server, in the order each server first appears:
+        ``(server, indexes of its calls in the batch, its calls)``. A call that is not a
+        ``(namespace, statements[, transaction_id])`` tuple raises TypeError naming it."""
+        groups: dict[ServerAddress, tuple[list[int], list[Any]]] = {}
+        for i, call in enumerate(calls):
+            if type(call) is not tuple or not 2 <= len(call) <= 3:
+                raise TypeError(
+                    f"calls[{i}]: a call must be a tuple (namespace, statements) or "
+                    f"(namespace, statements, transaction_id), got {call!r:.80}"
+                )
+            try:
+                server = self.place(call[0])
+            except TypeError as exc:
+                raise TypeError(f"calls[{i}]: {exc}") from exc
+            indexes, items = groups.setdefault(server, ([], []))
+            indexes.append(i)
+            items.append(call)
+        return [(server, indexes, items) for server, (indexes, items) in groups.items()]
+
+
+def unavailable(server: ServerAddress, exc: ServerUnavailable) -> ServerUnavailable:
+    """``exc`` (raised by the client of ``server``) as it reaches the caller of a router:
+    the same class, its text prefixed with the server, ``server`` set, the original as cause."""
+    if exc.server == server.id:
+        return exc
+    err = ServerUnavailable(f"server {server.id}: {exc}")
+    err.server = server.id
+    err.__cause__ = exc
+    return err
+
+
+def merge_outcomes(
+    size: int, parts: list[tuple[list[int], list[Result] | BaseException]]
+) -> list[Result]:
+    """The results of a batch that went to several servers, in the caller's order.
+
+    ``parts``: for each server, the batch indexes of its calls and either their results or
+    what its ``execute_many`` raised: a :class:`BatchError` (its per-call outcomes are used)
+    or any other client error (every call of that server gets it). Raises BatchError when
+    some call failed, as a one-server batch does."""
+    out: list[Result | LockClientError | None] = [None] * size
+    failed = False
+    for indexes, outcome in parts:
+        if isinstance(outcome, BatchError):
+            values: list[Any] = outcome.results
+        elif isinstance(outcome, LockClientError):
+            values = [outcome] * len(indexes)
+        elif isinstance(outcome, BaseException):
+            raise outcome
+        else:
+            values = outcome
+        for i, value in zip(indexes, values, strict=True):
+            out[i] = value
+            failed = failed or isinstance(value, LockClientError)
+    if failed:
+        raise BatchError(out)  # type: ignore[arg-type]  # every slot is set above
+    return out  # type: ignore[return-value]
