@@ -16,8 +16,13 @@ spread (min..max):
 4. ``asyncio-1conn`` / ``asyncio-8conn``: the same two, the async face under asyncio (the
    scenario is written on anyio, as the face is, and run on each loop).
 
-Run: ``python benchmarks/client_rtt.py [--pairs N] [--seconds S] [--repeat R] [--in-thread]``.
-A pair is two requests: requests/s = 2 x pairs/s.
+Every scenario spreads its work over 16 namespaces (task ``i`` uses namespace ``i % 16``; the
+sync loop takes them in turn), so that ``--shards N`` (N server subprocesses, the client given
+all of them: docs/client.md#several-servers) spreads it over the servers as placement
+(PROTOCOL.md §12) decides; ``--shards 1`` (the default) is the host/port client.
+
+Run: ``python benchmarks/client_rtt.py [--pairs N] [--seconds S] [--repeat R] [--in-thread]
+[--shards N]``. A pair is two requests: requests/s = 2 x pairs/s.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import anyio
@@ -47,7 +52,7 @@ from client import (
     open_lock_client,
 )
 
-NAMESPACE = "bench"
+NAMESPACES = [f"bench-{k}" for k in range(16)]
 TABLE = "T"
 TASKS = 64
 
@@ -114,22 +119,23 @@ def thread_server() -> Iterator[tuple[str, int]]:
 # --- scenarios (each returns (pairs done, seconds)) --------------------------------------------
 
 
-def run_sync(host: str, port: int, pairs: int, seconds: float, rep: int) -> tuple[int, float]:
-    with LockClient(host, port, client_name="bench-sync") as c, c.session() as s:
+def run_sync(servers: list[str], pairs: int, seconds: float, rep: int) -> tuple[int, float]:
+    with LockClient(servers=servers, client_name="bench-sync") as c, c.session() as s:
         done = 0
         start = time.perf_counter()
         deadline = start + seconds
         while done < pairs and time.perf_counter() < deadline:
             key = f"s{rep}-{done}"
-            if not s.execute(NAMESPACE, acquire(key, "t")).ok:
+            namespace = NAMESPACES[done % len(NAMESPACES)]
+            if not s.execute(namespace, acquire(key, "t")).ok:
                 raise RuntimeError(f"acquire of a fresh key {key} failed")
-            s.execute(NAMESPACE, release(key, "t"))
+            s.execute(namespace, release(key, "t"))
             done += 1
         return done, time.perf_counter() - start
 
 
 async def _tasks(
-    host: str, port: int, connections: int, pairs: int, seconds: float, rep: int
+    servers: list[str], connections: int, pairs: int, seconds: float, rep: int
 ) -> tuple[int, float]:
     """64 tasks, a session each, over ``connections`` clients; runs on trio or asyncio."""
     per_task = max(1, pairs // TASKS)
@@ -137,18 +143,19 @@ async def _tasks(
 
     async def worker(i: int, s: AsyncSession, deadline: float) -> None:
         n = 0
+        namespace = NAMESPACES[i % len(NAMESPACES)]
         while n < per_task and anyio.current_time() < deadline:
             key = f"a{rep}-{i}-{n}"
-            if not (await s.execute(NAMESPACE, acquire(key, "t"))).ok:
+            if not (await s.execute(namespace, acquire(key, "t"))).ok:
                 raise RuntimeError(f"acquire of a fresh key {key} failed")
-            await s.execute(NAMESPACE, release(key, "t"))
+            await s.execute(namespace, release(key, "t"))
             n += 1
         counts[i] = n
 
     async with anyio.create_task_group() as outer:
         clients = []
         for _ in range(connections):
-            clients.append(await _enter(outer, host, port))
+            clients.append(await _enter(outer, servers))
         sessions = [clients[i % connections].session() for i in range(TASKS)]
         start = time.perf_counter()
         deadline = anyio.current_time() + seconds
@@ -162,13 +169,13 @@ async def _tasks(
     return sum(counts), elapsed
 
 
-async def _enter(group: anyio.abc.TaskGroup, host: str, port: int) -> Any:
+async def _enter(group: anyio.abc.TaskGroup, servers: list[str]) -> Any:
     """Open a client whose block lives in ``group`` until it is cancelled."""
     ready = anyio.Event()
     box: list[Any] = []
 
     async def hold() -> None:
-        async with open_lock_client(host, port, client_name="bench-async") as c:
+        async with open_lock_client(servers=servers, client_name="bench-async") as c:
             box.append(c)
             ready.set()
             await anyio.sleep_forever()
@@ -180,19 +187,19 @@ async def _enter(group: anyio.abc.TaskGroup, host: str, port: int) -> Any:
 
 def run_async(
     connections: int, backend: str = "trio"
-) -> Callable[[str, int, int, float, int], tuple[int, float]]:
-    def run(host: str, port: int, pairs: int, seconds: float, rep: int) -> tuple[int, float]:
+) -> Callable[[list[str], int, float, int], tuple[int, float]]:
+    def run(servers: list[str], pairs: int, seconds: float, rep: int) -> tuple[int, float]:
         if backend == "trio":
-            return trio.run(_tasks, host, port, connections, pairs, seconds, rep)
+            return trio.run(_tasks, servers, connections, pairs, seconds, rep)
         result: tuple[int, float] = anyio.run(
-            _tasks, host, port, connections, pairs, seconds, rep, backend=backend
+            _tasks, servers, connections, pairs, seconds, rep, backend=backend
         )
         return result
 
     return run
 
 
-SCENARIOS: dict[str, Callable[[str, int, int, float, int], tuple[int, float]]] = {
+SCENARIOS: dict[str, Callable[[list[str], int, float, int], tuple[int, float]]] = {
     "sync": run_sync,
     "async-1conn": run_async(1),
     "async-8conn": run_async(8),
@@ -208,15 +215,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--in-thread", action="store_true", help="server in a thread")
     parser.add_argument("--only", choices=sorted(SCENARIOS), action="append")
+    parser.add_argument(
+        "--shards", type=int, default=1, help="server subprocesses, the client given all of them"
+    )
     args = parser.parse_args(argv)
-    server = thread_server if args.in_thread else subprocess_server
-    with server() as (host, port):
-        print(f"server {host}:{port} ({'thread' if args.in_thread else 'subprocess'})")
+    if args.shards < 1 or (args.in_thread and args.shards != 1):
+        parser.error("--shards must be >= 1, and 1 with --in-thread")
+    with ExitStack() as stack:
+        if args.in_thread:
+            addresses = [stack.enter_context(thread_server())]
+        else:
+            addresses = [stack.enter_context(subprocess_server()) for _ in range(args.shards)]
+        servers = [f"{host}:{port}" for host, port in addresses]
+        kind = "thread" if args.in_thread else "subprocess"
+        print(f"servers {','.join(servers)} ({kind}, {len(servers)} shard(s))")
         print(f"{'scenario':<14} {'pairs/s median':>15} {'spread':>17} {'requests/s':>11}")
         for name in args.only or list(SCENARIOS):
             rates = []
             for rep in range(args.repeat):
-                done, elapsed = SCENARIOS[name](host, port, args.pairs, args.seconds, rep)
+                done, elapsed = SCENARIOS[name](servers, args.pairs, args.seconds, rep)
                 rates.append(done / elapsed)
             med = statistics.median(rates)
             spread = f"{min(rates):.0f}..{max(rates):.0f}"
