@@ -17,6 +17,7 @@ from support import ThreadedServer
 from client import (
     Assert,
     BatchError,
+    Cause,
     Exists,
     LockClient,
     LockClientError,
@@ -256,6 +257,9 @@ def test_one_server_down_fails_only_its_namespaces_and_comes_back(servers: Serve
         # session that had entries there hears that they are gone.
         servers[2] = ThreadedServer(port=port).start()
         assert fresh.execute(on[down_id][0], take("again")).ok
+        # Its reliability contract applies as for one server: it has just started.
+        gated = fresh.execute(on[down_id][0], take("gated"), min_uptime=3600)
+        assert not gated.ok and gated.cause is Cause.MINIMUM_REQUIREMENTS
         assert used.execute(on[down_id][0], take("v2")).ok
         assert [e.reason for e in heard] == [LostReason.RESTARTED]
         used.end()

@@ -177,3 +177,47 @@ async def test_async_mutexes_over_three_servers_never_overlap(
     report.assert_ok()
     assert len(report.holders) == 12
     assert {i.lock.split("/")[0] for i in recorder.intervals} == set(on.values())
+
+
+async def test_keepalive_keeps_every_part_alive(
+    servers: list[RunningServer], clock: trio.testing.MockClock
+) -> None:
+    """Each server's part pings on its own: past several max ages of (virtual) idleness the
+    session lives on every server."""
+    server_ids = ids(servers)
+    on = one_namespace_on_each(server_ids)
+    with trio.fail_after(20):
+        async with open_lock_client(servers=server_ids) as client:
+            session = client.session(max_age=3.0)
+            for sid in server_ids:
+                await session.execute(on[sid], take("v"))
+            for _ in range(4):  # 4 x 1.1 s > max_age: alive only through keepalives
+                before = [s.statistics()["engine"]["transactions"] for s in servers]
+                clock.jump(1.1)
+                while any(
+                    s.statistics()["engine"]["transactions"] <= b
+                    for s, b in zip(servers, before, strict=True)
+                ):
+                    await trio.sleep(0.01)
+            assert [s.statistics()["engine"]["sessions"] for s in servers] == [1, 1, 1]
+            assert not session.lost
+            await session.end()
+
+
+async def test_expiry_on_one_server_reaches_the_session(
+    servers: list[RunningServer], clock: trio.testing.MockClock
+) -> None:
+    server_ids = ids(servers)
+    on = one_namespace_on_each(server_ids)
+    with trio.fail_after(20):
+        async with open_lock_client(servers=server_ids) as client:
+            session = client.session(max_age=5.0, keepalive=False)
+            for sid in server_ids:
+                await session.execute(on[sid], take("v"))
+            clock.jump(4.0)
+            for sid in server_ids[:2]:  # touch two parts; the third stays idle
+                await session.execute(on[sid], [])
+            clock.jump(2.0)
+            event = await session.wait_lost()
+            assert (event.session_id, event.reason) == (session.id, LostReason.EXPIRED)
+            assert [s.statistics()["engine"]["sessions"] for s in servers] == [1, 1, 0]
