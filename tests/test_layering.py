@@ -4,7 +4,8 @@
 - ``lockserver.engine`` and ``lockserver._trust`` import only the standard library, attrs and
   ``protocol``'s public names (``from protocol import ...``), and none of trio, socket, time,
   asyncio, threading, random or os: they are pure and take ``now`` as data.
-- ``client`` never imports ``lockserver``.
+- ``client`` never imports ``lockserver``; ``lockctl`` (the operator's command) builds on
+  ``client`` alone: it imports neither ``lockserver`` nor ``protocol``.
 - Across packages, imports go through the target package's ``__init__`` re-exports (never
   ``protocol._codec`` from outside ``protocol``, never a private name).
 - Every package ``__init__.py`` only re-exports (no function or class definitions) and lists
@@ -24,7 +25,7 @@ import attrs
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TOP_PACKAGES = ("protocol", "lockserver", "client")
+TOP_PACKAGES = ("protocol", "lockserver", "client", "lockctl")
 FORBIDDEN_IN_PURE = frozenset({"trio", "socket", "time", "asyncio", "threading", "random", "os"})
 
 
@@ -231,6 +232,12 @@ def pure_violations(found: Iterable[Import], own: str) -> list[str]:
 def test_client_never_imports_lockserver(path: Path) -> None:
     """The client talks to the server over the protocol only."""
     assert [str(i) for i in imports_of(path) if i.top == "lockserver"] == []
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if module_name(p).startswith("lockctl")])
+def test_lockctl_builds_on_the_client_alone(path: Path) -> None:
+    """lockctl is an application of the client: no server internals, no wire codec."""
+    assert [str(i) for i in imports_of(path) if i.top in ("lockserver", "protocol")] == []
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)

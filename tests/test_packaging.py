@@ -1,9 +1,10 @@
 """What the distribution installs: the wheel built from this tree (issue 15, item 7).
 
 Pinned down: the wheel's top-level packages are exactly ``protocol``, ``lockserver``,
-``client`` and ``lockbench`` (the harness and the test oracles); ``benchmarks/`` (scripts and
-results) and ``tests/`` stay in the repository. It declares the ``lockserver`` and
-``lockbench`` commands, and no module it ships imports a package that stays behind. The oracles
+``client``, ``lockbench`` (the harness and the test oracles) and ``lockctl`` (the operator's
+command); ``benchmarks/`` (scripts and results) and ``tests/`` stay in the repository. It
+declares the ``lockserver``, ``lockbench`` and ``lockctl`` commands, and no module it ships
+imports a package that stays behind. The oracles
 (``lockbench.safety``, ``lockbench.fuzz``) import with lockserver's own dependencies alone;
 without the ``bench`` extra the ``lockbench`` command says which extra it needs.
 
@@ -26,7 +27,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = {"protocol", "lockserver", "client", "lockbench"}
+SHIPPED = {"protocol", "lockserver", "client", "lockbench", "lockctl"}
 STAY_BEHIND = {"benchmarks", "tests"}
 BENCH_EXTRA = ("rich", "hdrh", "psutil", "redis", "matplotlib")
 
@@ -64,8 +65,8 @@ def _dist_info(wheel: zipfile.ZipFile) -> str:
     return info
 
 
-def test_the_wheel_ships_exactly_the_four_packages(wheel: zipfile.ZipFile) -> None:
-    """Top level of the wheel: protocol, lockserver, client, lockbench and the metadata; no
+def test_the_wheel_ships_exactly_its_packages(wheel: zipfile.ZipFile) -> None:
+    """Top level: protocol, lockserver, client, lockbench, lockctl and the metadata; no
     ``benchmarks``, no ``tests``, no loose modules."""
     tops = {PurePosixPath(n).parts[0] for n in wheel.namelist()}
     assert tops - {_dist_info(wheel)} == SHIPPED
@@ -82,12 +83,16 @@ def test_the_oracles_are_in_the_wheel(wheel: zipfile.ZipFile) -> None:
 
 
 def test_the_commands_are_declared(wheel: zipfile.ZipFile) -> None:
-    """entry_points.txt declares ``lockbench = lockbench:main`` and the server's command, and
-    both targets resolve to callables."""
+    """entry_points.txt declares ``lockbench = lockbench:main``, ``lockctl = lockctl:main``
+    and the server's command, and every target resolves to a callable."""
     parser = configparser.ConfigParser()
     parser.read_string(wheel.read(f"{_dist_info(wheel)}/entry_points.txt").decode())
     scripts = dict(parser["console_scripts"])
-    assert scripts == {"lockbench": "lockbench:main", "lockserver": "lockserver.__main__:main"}
+    assert scripts == {
+        "lockbench": "lockbench:main",
+        "lockctl": "lockctl:main",
+        "lockserver": "lockserver.__main__:main",
+    }
     for target in scripts.values():
         module, _, attr = target.partition(":")
         assert callable(getattr(importlib.import_module(module), attr)), target

@@ -1,0 +1,62 @@
+"""What every lockctl command shares: the exit statuses, the one-line failure, the parser
+that reports usage errors as such, and how a client error becomes a failure."""
+
+from __future__ import annotations
+
+import argparse
+import enum
+from typing import NoReturn
+
+from client import AccessDenied, ErrorCode, LockClientError, ServerUnavailable
+
+__all__ = ["Exit", "Failure", "Parser", "failure_of", "positive"]
+
+
+class Exit(enum.IntEnum):
+    """lockctl's exit statuses (``lockctl lock`` passes its child's status through instead of
+    OK, and uses NOT_OBTAINED and LOST for its own outcomes)."""
+
+    OK = 0
+    ERROR = 1  # the server refused the request, or anything not listed below
+    USAGE = 2  # a bad command line
+    NOT_FOUND = 3  # the session (or lock) named does not exist
+    UNAVAILABLE = 69  # the server cannot be reached (sysexits EX_UNAVAILABLE)
+    NOT_OBTAINED = 75  # lock: not obtained within --timeout (sysexits EX_TEMPFAIL)
+    LOST = 76  # lock: lost while the command ran (the command was terminated)
+    DENIED = 77  # unauthorized or forbidden (sysexits EX_NOPERM)
+
+
+class Failure(Exception):
+    """A failure to report as one line, with its exit status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises a usage Failure instead of printing the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise Failure(Exit.USAGE, message)
+
+
+def positive(text: str) -> float:
+    """A finite number of seconds > 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def failure_of(exc: LockClientError) -> Failure:
+    """The one-line failure of a client error: unreachable, denied, or refused."""
+    if isinstance(exc, ServerUnavailable):
+        return Failure(Exit.UNAVAILABLE, f"server unreachable: {exc}")
+    if isinstance(exc, AccessDenied):
+        what = "unauthorized" if exc.code is ErrorCode.UNAUTHORIZED else "forbidden"
+        return Failure(Exit.DENIED, f"{what}: {exc.message}")
+    return Failure(Exit.ERROR, str(exc))
