@@ -6,7 +6,10 @@ shutdown, statistics), ``_reading.py`` (``Reader``: the epoll poller and the rea
 received bytes in a batch at a time), ``_requests.py`` (``RequestHandler``: serving a batch,
 one call through the lock core's door per request, delivering what comes back) and
 ``_peer.py`` (``Peer``: one connection's socket, outbox and closing). The lock state and every
-decision about it live behind the door, ``engine.LockCore``.
+decision about it live behind the door, ``engine.LockCore``. A connection whose first bytes
+are an HTTP request (the reader tells, once) is handed to the HTTP face: ``_http.py`` serves
+it, ``_endpoints.py`` answers its paths, ``_metrics.py`` renders ``/metrics``; it then leaves
+``clients`` for ``http_clients`` and its own limits (``http_max_connections``).
 
 Why / rules kept (issue #3, STYLE.md):
 - The lock core is called synchronously; nothing awaits between reading a batch of requests
