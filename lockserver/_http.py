@@ -294,7 +294,13 @@ class HttpConnection:
             slash = target.find("/", target.index("//") + 2)
             target = "/" if slash < 0 else target[slash:]
         path, _, query = target.partition("?")
-        return self.route(HttpRequest(method, path, query, headers), trio.current_time())
+        try:
+            return self.route(HttpRequest(method, path, query, headers), trio.current_time())
+        except Exception:  # a bug in an endpoint: this request's 500, nobody else's problem
+            log.exception(
+                "http connection %s: internal error serving %s %s", self.name, method, path
+            )
+            return HttpResponse.error(500, "internal server error (logged)")
 
     def _end_if_bodiless(self) -> None:
         """A refused request without a body ends here, so the connection can go on."""

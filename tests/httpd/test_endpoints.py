@@ -21,6 +21,7 @@ import trustme
 from server._wire import WireClient, wait_for
 
 from lockserver._auth import TokenSpec
+from lockserver._http import HttpResponse
 from protocol import Assert, SetVar
 
 from ._client import HttpClient, get
@@ -238,3 +239,26 @@ async def test_a_protocol_client_is_still_served(nursery: trio.Nursery) -> None:
         assert "exceeds the limit" in error.message  # type: ignore[union-attr]
         await raw.aclose()
         await wait_for(lambda: server.statistics()["server"]["connections"] == 0)
+
+
+async def test_a_failing_endpoint_is_a_500_for_that_request_only(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An endpoint that raises (a bug) answers 500 with a JSON error and is logged with its
+    traceback; the connection and the server go on."""
+    server = await start_server(nursery)
+
+    def broken(*args: object) -> HttpResponse:
+        raise RuntimeError("boom")
+
+    server._shell.endpoints.add_route("/broken", broken)  # type: ignore[arg-type]
+    with trio.fail_after(10):
+        client = await HttpClient.connect(server.port)
+        response = await client.request("GET", "/broken")
+        assert response.status == 500
+        assert response.json() == {"error": "internal server error (logged)"}
+        assert (await client.request("GET", "/healthz")).status == 200
+        await client.aclose()
+    assert "RuntimeError: boom" in caplog.text
+    with pytest.raises(ValueError, match="routed already"):
+        server._shell.endpoints.add_route("/broken", broken)  # type: ignore[arg-type]
