@@ -115,6 +115,15 @@ def _receive_total(inst: object, attribute: attrs.Attribute[Any], value: Any) ->
         )
 
 
+#: Upper bound of ``http_max_header``: a request head is a line and some headers, never more.
+_HTTP_MAX_HEADER_MAX: Final = 1024 * 1024
+
+
+def _fraction(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not _is_number(value) or not 0 <= value <= 1:
+        raise ValueError(f"{attribute.name} must be a number in 0..1, got {value!r}")
+
+
 def _port(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not _is_int(value) or not 0 <= value <= 65535:
         raise ValueError(f"{attribute.name} must be an integer in 0..65535, got {value!r}")
@@ -265,6 +274,28 @@ class ServerConfig:
     #: (lockserver._busypoll), in seconds; 0 = always sleep between requests.
     busy_poll: float = attrs.field(
         default=_BUSY_POLL_DEFAULT, converter=_to_float, validator=_busy_poll_window
+    )
+    #: Most simultaneous HTTP connections (``/metrics``, ``/healthz``, the status page), on
+    #: top of ``max_connections``; one more is answered 503 and closed.
+    http_max_connections: int = attrs.field(default=64, validator=_int_at_least(1, 100_000))
+    #: Largest HTTP request head (request line and headers), in bytes; past it: 431, closed.
+    http_max_header: int = attrs.field(
+        default=16 * 1024, validator=_int_at_least(1024, _HTTP_MAX_HEADER_MAX)
+    )
+    #: Seconds an HTTP request may take to arrive whole once its first byte has; past it: 408,
+    #: closed.
+    http_request_timeout: float = attrs.field(
+        default=10.0, converter=_to_float, validator=_seconds(zero_ok=False)
+    )
+    #: Seconds a kept-alive HTTP connection may wait for its next request before it is closed.
+    http_idle_timeout: float = attrs.field(
+        default=30.0, converter=_to_float, validator=_seconds(zero_ok=False)
+    )
+    #: ``/readyz`` answers 503 while trust is below this (set it to what clients demand).
+    ready_min_trust: float = attrs.field(default=0.0, converter=_to_float, validator=_fraction)
+    #: ``/readyz`` answers 503 while the server has been up for less than this, in seconds.
+    ready_min_uptime: float = attrs.field(
+        default=0.0, converter=_to_float, validator=_seconds(zero_ok=True)
     )
     #: Threshold of the ``lockserver`` logger (DEBUG, INFO, WARNING, ERROR, CRITICAL).
     log_level: str = attrs.field(default="INFO", converter=_to_upper, validator=_log_level)

@@ -27,6 +27,13 @@ whose SSL object may hold decrypted bytes no readiness event announces, and plat
 epoll keep a reading task each (``_read_loop_task``): ``recv_into`` until EAGAIN, then
 ``wait_readable``.
 
+**The first read** (issue 16: HTTP on the same port). A connection's first bytes are read by
+its own task (:meth:`Reader._first_read`) before it joins the poller: when the first byte is
+an upper-case ASCII letter the connection speaks HTTP (a hello frame's header always starts
+with 0x00, PROTOCOL.md section 1) and :meth:`Reader.read_loop` hands the bytes back to the
+shell; otherwise they are served like any chunk and the connection is polled from then on.
+Decided once per connection: no request pays for it.
+
 **Incomplete frames** (issue 14: slowloris with partial frames). Nothing is allocated for the
 size a header announces: the protocol's frame buffer holds only the bytes received. After a
 receive that leaves part of a frame buffered, the reader (:meth:`Reader._buffered`) counts
@@ -48,19 +55,27 @@ import select
 import ssl
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol
 
 import trio
 
 from protocol import ErrorCode
 
 from ._busypoll import BusyPoll
+from ._http import is_http
+from ._metrics import Durations
 from ._peer import WOULD_BLOCK_READ, Peer, Totals
 
 log = logging.getLogger("lockserver")
 
 #: Ready connections the poller serves per wake-up before it yields to the other tasks.
 _POLL_BATCH: Final = 64
+
+
+class _Counted(Protocol):
+    """Whoever counts the requests served (the request handler)."""
+
+    requests_total: int
 
 
 class Poller:
@@ -103,7 +118,9 @@ class Reader:
 
     ``totals`` is the server's shared :class:`Totals` (incomplete frames are counted there);
     ``busy_poll`` the poller's spin policy; ``tls``: connections are TLS (each keeps a
-    reading task). ``overloaded_drops`` counts connections closed by ``max_receive_total``.
+    reading task). ``durations``: each pass's duration is added there, weighted by the
+    requests it served (``counted.requests_total`` before and after). ``overloaded_drops``
+    counts connections closed by ``max_receive_total``.
     """
 
     def __init__(
@@ -114,8 +131,12 @@ class Reader:
         busy_poll: BusyPoll,
         tls: bool,
         recv_size: int,
+        durations: Durations,
+        counted: _Counted,
     ) -> None:
         self._process = serve
+        self.durations = durations
+        self.counted = counted
         self.totals = totals
         self.busy_poll = busy_poll
         self.tls = tls
@@ -131,12 +152,28 @@ class Reader:
         if self.poller is not None:
             self.poller.close()
 
-    async def read_loop(self, c: Peer) -> None:
-        """Serve the connection's requests until EOF, an error, or a close (then return)."""
+    async def read_loop(self, c: Peer) -> bytes | None:
+        """Serve the connection's requests until EOF, an error, or a close (then return
+        None); or, when its first bytes are an HTTP request, return them at once (the
+        caller serves HTTP: ``_http.py``)."""
+        n = await self._first_read(c)
+        if not n:
+            return None
+        first = self.recv_view[:n]
+        if is_http(first[0]):
+            return bytes(first)
+        requests = self.counted.requests_total
+        start = time.perf_counter()
+        keep = self._process(c, first)
+        served = self.counted.requests_total - requests
+        if served:
+            self.durations.observe(time.perf_counter() - start, served)
+        if not keep or (c.proto.buffered and not self._buffered(c, 0, n)):
+            return None
         poller = self.poller
         if poller is None or self.tls:
             await self._read_loop_task(c)
-            return
+            return None
         done = c.read_done = trio.Event()
         poller.add(c)
         try:
@@ -145,6 +182,28 @@ class Reader:
             poller.discard(c)
         if c.read_error is not None:
             raise c.read_error  # logged by _connection as an internal error of this connection
+        return None
+
+    async def _first_read(self, c: Peer) -> int:
+        """Wait for a connection's first bytes and receive them into the shared buffer: the
+        one read that decides between the protocol and HTTP. 0: EOF or an error first."""
+        sock = c.sock
+        while True:
+            try:
+                n = sock.recv_into(self.recv_buffer)
+            except WOULD_BLOCK_READ:
+                await trio.lowlevel.wait_readable(c.fd)
+                continue
+            except ssl.SSLWantWriteError:
+                await trio.lowlevel.wait_writable(c.fd)
+                continue
+            except OSError as exc:
+                log.debug("connection %s: receive failed: %s", c.name, exc)
+                c.dead = True
+                return 0
+            if not n:
+                c.eof = True
+            return n
 
     def _read_ready(self, c: Peer) -> None:
         """The poller found ``c`` readable: one receive, every complete frame served."""
@@ -190,6 +249,8 @@ class Reader:
         busy = self.busy_poll
         fd = poller.fileno()
         ready = self._read_ready
+        counted = self.counted
+        observe = self.durations.observe
         while True:
             if busy.spinning:
                 await checkpoint()  # other tasks and timers run; cancellable
@@ -197,10 +258,15 @@ class Reader:
                 await wait_readable(fd)
             batch = poller.ready()
             if batch:
+                before = counted.requests_total
                 start = clock()
                 for c in batch:
                     ready(c)
-                busy.served(start, clock())
+                end = clock()
+                busy.served(start, end)
+                served = counted.requests_total - before
+                if served:
+                    observe(end - start, served)
             elif busy.spinning:
                 busy.idle(clock())
 
@@ -212,6 +278,9 @@ class Reader:
         process = self._process
         wait_readable = trio.lowlevel.wait_readable
         checkpoint = trio.lowlevel.checkpoint
+        clock = time.perf_counter
+        counted = self.counted
+        observe = self.durations.observe
         while True:
             try:
                 n = sock.recv_into(buf)
@@ -229,7 +298,13 @@ class Reader:
                 c.eof = True
                 return
             before = c.pending
-            if not process(c, view[:n]):
+            requests = counted.requests_total
+            start = clock()
+            keep = process(c, view[:n])
+            served = counted.requests_total - requests
+            if served:
+                observe(clock() - start, served)
+            if not keep:
                 return
             if (before or c.proto.buffered) and not self._buffered(c, before, n):
                 return

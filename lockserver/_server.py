@@ -6,7 +6,10 @@ shutdown, statistics), ``_reading.py`` (``Reader``: the epoll poller and the rea
 received bytes in a batch at a time), ``_requests.py`` (``RequestHandler``: serving a batch,
 one call through the lock core's door per request, delivering what comes back) and
 ``_peer.py`` (``Peer``: one connection's socket, outbox and closing). The lock state and every
-decision about it live behind the door, ``engine.LockCore``.
+decision about it live behind the door, ``engine.LockCore``. A connection whose first bytes
+are an HTTP request (the reader tells, once) is handed to the HTTP face: ``_http.py`` serves
+it, ``_endpoints.py`` answers its paths, ``_metrics.py`` renders ``/metrics``; it then leaves
+``clients`` for ``http_clients`` and its own limits (``http_max_connections``).
 
 Why / rules kept (issue #3, STYLE.md):
 - The lock core is called synchronously; nothing awaits between reading a batch of requests
@@ -94,7 +97,10 @@ from protocol import (
 from ._auth import Authenticator, SecurityConfigError, server_ssl_context
 from ._busypoll import BusyPoll
 from ._config import ConfigError, ServerConfig, server_version
+from ._endpoints import Endpoints
 from ._gcstats import GcPauses
+from ._http import HttpConnection, HttpCounters, HttpLimits, too_many
+from ._metrics import Durations, History, ServerCollector
 from ._peer import CLOSE_GRACE, Peer, Totals, linger
 from ._reading import Reader
 from ._requests import Alarm, RequestHandler
@@ -302,12 +308,15 @@ class Server:
         )
         # What the connections hold together (incomplete frames, unsent bytes) and its bounds.
         self.totals = Totals(max_receive=config.max_receive_total, max_send=config.max_send_total)
+        self.durations = Durations()  # request durations, per read pass (/metrics)
         self.reader = Reader(
             self.requests.process,
             totals=self.totals,
             busy_poll=BusyPoll(config.busy_poll),  # the poller's spin policy
             tls=ssl_context is not None,
             recv_size=_RECV_SIZE,
+            durations=self.durations,
+            counted=self.requests,
         )
         self.recv_buffer = self.reader.recv_buffer  # scratch space for lingering closes too
         self.clients: set[Peer] = set()
@@ -326,6 +335,32 @@ class Server:
         self.idle_timeouts = 0
         self.frame_timeouts = 0
         self.gc_pauses = GcPauses()  # collector pauses while serving (statistics "gc")
+        # HTTP on the same port (_http.py, _endpoints.py): its connections, once sniffed,
+        # leave self.clients for this set and are bounded by http_max_connections.
+        self.http = HttpCounters()
+        self.http_clients: set[HttpConnection] = set()
+        self.http_limits = HttpLimits(
+            max_header=config.http_max_header,
+            request_timeout=config.http_request_timeout,
+            idle_timeout=config.http_idle_timeout,
+            send_timeout=config.send_timeout,
+        )
+        self.history = History()  # the status page's chart, sampled by the trust ticker
+        self.endpoints = Endpoints(
+            config,
+            statistics=self.statistics,
+            shutting_down=lambda: self.shutting_down,
+            history=self.history,
+            collector=ServerCollector(
+                lambda: self.statistics(trio.current_time()),
+                durations=self.durations,
+                gc_pauses=self.gc_pauses,
+                http=self.http,
+                version=self.version,
+            ),
+            auth=auth,
+            instance=self.instance,
+        )
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -352,6 +387,8 @@ class Server:
                     log.info("shutting down: closing %d connection(s)", len(self.clients))
                     for c in list(self.clients):
                         c.stop(ErrorCode.SHUTTING_DOWN, "the server is shutting down")
+                    for h in list(self.http_clients):
+                        h.stop()
                     conns.cancel_scope.deadline = trio.current_time() + _SHUTDOWN_GRACE
                 timers.cancel_scope.cancel()
             log.info("stopped")
@@ -457,9 +494,13 @@ class Server:
         try:
             async with trio.open_nursery() as nursery:
                 c.nursery = nursery
+                http: bytes | None = None
                 with c.read_scope:
                     if self.ssl_context is None or await self._tls_handshake(c):
-                        await self.reader.read_loop(c)
+                        http = await self.reader.read_loop(c)
+                if http is not None:
+                    await self._http(c, http)
+                    return
                 last = b""
                 if c.stop_code is not None:
                     last = self.requests.encoder.send(ErrorReply(None, c.stop_code, c.stop_message))
@@ -472,6 +513,32 @@ class Server:
             self._forget(c)
             c.sock.close()
             log.debug("connection %s closed", c.name)
+
+    async def _http(self, c: Peer, first: bytes) -> None:
+        """The connection's first bytes were an HTTP request: serve HTTP on it (it leaves
+        the protocol's connections and their limit for the HTTP ones)."""
+        self.clients.discard(c)
+        conn = HttpConnection(
+            c.sock, c.name, self.http_limits, self.endpoints, self.http, self.recv_buffer
+        )
+        http = self.http
+        if len(self.http_clients) >= self.config.http_max_connections:
+            http.refused += 1
+            log.warning(
+                "refused HTTP connection %s: %d HTTP connections open (http_max_connections)",
+                c.name,
+                len(self.http_clients),
+            )
+            await conn.refuse(too_many(self.config.http_max_connections))
+            return
+        http.accepted += 1
+        http.open += 1
+        self.http_clients.add(conn)
+        try:
+            await conn.serve(first)
+        finally:
+            self.http_clients.discard(conn)
+            http.open -= 1
 
     async def _tls_handshake(self, c: Peer) -> bool:
         """The TLS handshake of a new connection (bounded by the reaper's handshake timeout,
@@ -535,7 +602,10 @@ class Server:
         while True:
             k = math.floor((trio.current_time() - started) / tick) + 1
             await trio.sleep_until(started + k * tick)
-            self.trust.tick(trio.current_time())
+            now = trio.current_time()
+            self.trust.tick(now)
+            t = self.trust.statistics(now)
+            self.history.sample(t.uptime, t.trust, t.norm, t.rate, t.calls_total)
 
     async def _reap_loop(self) -> None:
         handshake = self.config.handshake_timeout
@@ -598,6 +668,8 @@ class Server:
                 "send_buffered": self.totals.unsent,
                 "events_sent": requests.events_sent,
                 "sessions_tracked": core.sessions_routed,
+                "http_connections": self.http.open,
+                "http_requests_total": self.http.requests,
                 **self.reader.busy_poll.to_wire(),
             },
             "waiting": core.waiting.to_wire(),

@@ -82,6 +82,13 @@ def test_the_oracles_are_in_the_wheel(wheel: zipfile.ZipFile) -> None:
         assert f"lockbench/{module}" in names, module
 
 
+def test_the_status_page_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
+    """The HTTP status page is a data file of ``lockserver`` and ships with it, byte for
+    byte (the server reads it with importlib.resources)."""
+    shipped = wheel.read("lockserver/_static/status.html")
+    assert shipped == (ROOT / "lockserver" / "_static" / "status.html").read_bytes()
+
+
 def test_the_commands_are_declared(wheel: zipfile.ZipFile) -> None:
     """entry_points.txt declares ``lockbench = lockbench:main``, ``lockctl = lockctl:main``
     and the server's command, and every target resolves to a callable."""

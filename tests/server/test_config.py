@@ -184,6 +184,7 @@ def _a_valid_other_value(name: str) -> object:
         "max_text": 2048,
         "max_store_bytes": 2**21,
         "max_receive_total": 2 * 1024 * 1024,  # at least max_frame + 4
+        "ready_min_trust": 0.5,
     }.get(name, 4096)
 
 
