@@ -1,0 +1,497 @@
+"""Reading the lock state for people: holder records, the listings and their cursors, the
+holders that made a statement fail.
+
+Why a module of its own: the engine and the wait queue keep the state laid out for speed;
+this module walks that layout for an operator without changing it, and changes for the
+operator's reasons (what a listing shows, how it pages).
+
+Rules kept (PROTOCOL.md "Inspection"):
+- **Pure**: every function reads the engine and the wait queue and returns values; times are
+  engine times turned into wall-clock seconds by the store's ``wall_offset`` (the shell's one
+  wall-clock reading at start, passed in when the engine was built). No clock is read here.
+- **Bounded pages**: a page stops at ``limit`` records, at ``PAGE_BYTES`` of records, or after
+  looking at ``PAGE_SCAN`` items, whichever comes first; its cursor then points at the next
+  item to look at (nil: nothing is left). So a page costs O(page + PAGE_SCAN), never O(all).
+- **Cursors resume by key**: a cursor names the next item (namespace, table, var, session for
+  holders; session id for sessions; arrival number for waiters) and its position. Resuming
+  looks the key up at that position first, then by key in its container (a list of the
+  container's keys, made in C: O(container), ~0.3 ms for 65,536 variables; a big table's
+  container is one of its 256 shards). An item present for the whole paging and not changed
+  is listed exactly once; an item added meanwhile may or may not be listed; when the item a
+  cursor names is itself removed, paging resumes at its old position, which may skip or
+  repeat a few items of that container. Storage order is insertion order within a container
+  and hash order across a big table's shards and the sessions (so two server processes may
+  list the same state in different orders; a cursor is only valid on the run that made it).
+- A cursor is refused (INVALID_MESSAGE, naming why) when it is not one of ours, is for
+  another listing, was made with other filters, or by another run of the server.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import zlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+import attrs
+
+from protocol import (
+    MAX_HOLDERS,
+    PAGE_BYTES,
+    PAGE_SCAN,
+    CountBelow,
+    ErrorCode,
+    Exists,
+    HolderInfo,
+    HoldersPage,
+    ListQuery,
+    Node,
+    SessionInfo,
+    SessionsPage,
+    SetVar,
+    WaiterInfo,
+    WaitersPage,
+    value_size,
+)
+
+from ._eval import same_value
+from ._store import (
+    S_DESC,
+    S_EXPIRES,
+    S_FENCE,
+    S_OWNER,
+    S_SET_AT,
+    S_VALUE,
+    BigTable,
+    EngineError,
+    Entry,
+    SessionRecord,
+    Store,
+    Table,
+    as_entries,
+    find_slot,
+)
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+    from ._waiting import WaitQueue
+
+__all__ = [
+    "Visibility",
+    "denial_holders",
+    "holder_info",
+    "list_holders",
+    "list_sessions",
+    "list_waiters",
+]
+
+
+class Visibility(Protocol):
+    """What a listing may show a principal: the namespaces it may use (the shell's
+    ``Principal`` is one); its own sessions (``name``) are always visible."""
+
+    @property
+    def name(self) -> str: ...
+
+    def allows(self, namespace: str) -> bool: ...
+
+
+_HOLDER_BYTES: Final = 192  # a holder record's keys and numbers, encoded, about
+_SESSION_BYTES: Final = 256
+_WAITER_BYTES: Final = 160
+
+
+# --- records ----------------------------------------------------------------------------------
+
+
+def holder_info(store: Store, sessions: Any, ns: str, table: str, var: str, e: Entry) -> HolderInfo:
+    """The record of entry ``e`` of ``ns``/``table``/``var``, times in wall-clock seconds."""
+    offset = store.wall_offset
+    owner = sessions.get(e[S_OWNER])
+    expires = e[S_EXPIRES]
+    return HolderInfo(
+        ns,
+        table,
+        var,
+        e[S_OWNER],
+        "" if owner is None else owner.description,
+        e[S_VALUE],
+        e[S_DESC],
+        e[S_SET_AT] + offset,
+        None if expires is None else expires + offset,
+        e[S_FENCE],
+    )
+
+
+def _holder_bytes(ns: str, table: str, var: str, e: Entry, sdesc: str) -> int:
+    desc = e[S_DESC]
+    return (
+        _HOLDER_BYTES
+        + len(ns)
+        + len(table)
+        + len(var)
+        + 2 * len(e[S_OWNER])
+        + len(sdesc)
+        + value_size(e[S_VALUE])
+        + (0 if desc is None else len(desc))
+    )
+
+
+def denial_holders(
+    engine: Engine, statement: Node, ns: str, sid: str, uncommitted: int
+) -> tuple[HolderInfo, ...]:
+    """The entries that made ``statement`` (a top-level statement that aborted) fail, as the
+    evaluator saw them: for each ``Exists`` the entries it matched, for each exclusive
+    ``SetVar`` every entry of its variable, for each ``CountBelow`` the entries it counted;
+    in the tree's order, each entry once, at most ``MAX_HOLDERS``. Entries of the running
+    transaction itself (fence ``uncommitted``) are left out: they never existed."""
+    store = engine.store
+    tables = store.namespaces.get(ns)
+    if tables is None:
+        return ()
+    out: list[HolderInfo] = []
+    seen: set[tuple[str, str, str]] = set()
+    stack: list[Any] = [statement]
+    while stack and len(out) < MAX_HOLDERS:
+        node = stack.pop()
+        t = type(node)
+        if t is Exists or t is SetVar or t is CountBelow:
+            if t is SetVar and node.allow_duplicates:
+                continue
+            slot = find_slot(tables, node.table, node.var)
+            if slot is None:
+                continue
+            skip = sid if t is not SetVar and node.ignore_this_session else None
+            value = node.value if t is Exists else None
+            for e in as_entries(slot):
+                if e[S_OWNER] == skip or e[S_FENCE] == uncommitted:
+                    continue
+                if value is not None and not same_value(e[S_VALUE], value):
+                    continue
+                key = (node.table, node.var, e[S_OWNER])
+                if key in seen:
+                    continue
+                seen.add(key)
+                out.append(holder_info(store, engine.sessions, ns, node.table, node.var, e))
+                if len(out) == MAX_HOLDERS:
+                    break
+        else:
+            stack.extend(reversed(_children(node)))
+    return tuple(out)
+
+
+def _children(node: Any) -> list[Any]:
+    """A statement's or operator's child nodes, in evaluation order."""
+    out: list[Any] = []
+    for field in attrs.fields(type(node)):
+        value = getattr(node, field.name)
+        if isinstance(value, Node):
+            out.append(value)
+        elif type(value) is tuple:
+            out.extend(v for v in value if isinstance(v, Node))
+    return out
+
+
+# --- cursors ----------------------------------------------------------------------------------
+
+
+def _filters_tag(q: ListQuery) -> int:
+    return zlib.crc32(repr((q.namespace, q.table, q.var, q.session, q.match)).encode())
+
+
+def _encode_cursor(kind: str, run: int, q: ListQuery, position: list[Any]) -> str:
+    raw = json.dumps([kind, run, _filters_tag(q), *position], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def _decode_cursor(kind: str, run: int, q: ListQuery, shape: tuple[type, ...]) -> list[Any]:
+    """The position a query's cursor names; EngineError (INVALID_MESSAGE) saying why not."""
+    assert q.cursor is not None
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(q.cursor.encode("ascii", "strict")))
+    except (ValueError, UnicodeError, binascii.Error):
+        raw = None
+    if type(raw) is not list or len(raw) != 3 + len(shape):
+        raise _bad_cursor(kind, "it is not a cursor of this server")
+    if raw[0] != kind:
+        raise _bad_cursor(kind, f"it is a cursor of a {raw[0]!r} listing, not {kind!r}")
+    if raw[1] != run:
+        raise _bad_cursor(kind, "it was made by another run of the server: list from the start")
+    if raw[2] != _filters_tag(q):
+        raise _bad_cursor(kind, "it was made for other filters: page with the same filters")
+    position = raw[3:]
+    for value, want in zip(position, shape, strict=True):
+        if type(value) is not want or (type(value) is int and value < 0):
+            raise _bad_cursor(kind, "it is not a cursor of this server")
+    return position
+
+
+def _bad_cursor(kind: str, why: str) -> EngineError:
+    return EngineError(ErrorCode.INVALID_MESSAGE, f"{kind}: the cursor is not valid: {why}")
+
+
+def _start(keys: list[Any], key: Any, hint: int) -> int:
+    """Where to resume in ``keys`` at ``key``, last seen at index ``hint``."""
+    if hint < len(keys) and keys[hint] == key:
+        return hint
+    try:
+        return keys.index(key)
+    except ValueError:
+        return min(hint, len(keys))
+
+
+def _match(text: str | None, needle: str | None) -> bool:
+    return needle is None or (text is not None and needle in text)
+
+
+# --- holders ----------------------------------------------------------------------------------
+
+_HOLDERS_SHAPE: Final = (int, str, int, str, int, int, str, int, str)
+
+
+def _walk_holders(
+    store: Store, q: ListQuery, at: list[Any] | None
+) -> Iterator[tuple[list[Any], str, str, str, Entry | None]]:
+    """Every entry from position ``at`` on (None: the start), with its position; a table or
+    variable passed over by a prefix filter is yielded with no entry (it costs a look).
+    ``at`` steers only the first descent: once the walk leaves a container it names, every
+    later container is walked from its start."""
+    namespaces = store.namespaces
+    if q.namespace is None:
+        ns_keys = list(namespaces)
+    else:
+        ns_keys = [q.namespace] if q.namespace in namespaces else []
+    ns_from = 0 if at is None else _start(ns_keys, at[1], at[0])
+    for ns_i in range(ns_from, len(ns_keys)):
+        ns = ns_keys[ns_i]
+        if at is not None and at[1] != ns:
+            at = None
+        tables = namespaces[ns]
+        t_keys = list(tables)
+        t_from = 0 if at is None else _start(t_keys, at[3], at[2])
+        for t_i in range(t_from, len(t_keys)):
+            table = t_keys[t_i]
+            if at is not None and at[3] != table:
+                at = None
+            if q.table is not None and not table.startswith(q.table):
+                yield [ns_i, ns, t_i, table, 0, 0, "", 0, ""], ns, table, "", None
+                continue
+            t: Table = tables[table]
+            shards: list[Any] = t.shards if type(t) is BigTable else [t]
+            sh_from = 0 if at is None else min(at[4], len(shards))
+            for sh_i in range(sh_from, len(shards)):
+                if at is not None and at[4] != sh_i:
+                    at = None
+                shard = shards[sh_i]
+                v_keys = list(shard)
+                v_from = 0 if at is None else _start(v_keys, at[6], at[5])
+                for v_i in range(v_from, len(v_keys)):
+                    var = v_keys[v_i]
+                    if at is not None and at[6] != var:
+                        at = None
+                    if q.var is not None and not var.startswith(q.var):
+                        yield [ns_i, ns, t_i, table, sh_i, v_i, var, 0, ""], ns, table, var, None
+                        continue
+                    entries = as_entries(shard[var])
+                    e_from = 0
+                    if at is not None:
+                        e_from = _start([e[S_OWNER] for e in entries], at[8], at[7])
+                        at = None
+                    for e_i in range(e_from, len(entries)):
+                        e = entries[e_i]
+                        pos = [ns_i, ns, t_i, table, sh_i, v_i, var, e_i, e[S_OWNER]]
+                        yield pos, ns, table, var, e
+
+
+def list_holders(engine: Engine, q: ListQuery, visible: Visibility | None, run: int) -> HoldersPage:
+    """A page of held entries matching ``q`` (see the module docstring for its bounds)."""
+    store = engine.store
+    sessions = engine.sessions
+    at = None if q.cursor is None else _decode_cursor("holders", run, q, _HOLDERS_SHAPE)
+    limit = q.page_size
+    records: list[HolderInfo] = []
+    size = scanned = 0
+    for pos, ns, table, var, e in _walk_holders(store, q, at):
+        if scanned >= PAGE_SCAN:
+            return HoldersPage(records, _encode_cursor("holders", run, q, pos))
+        scanned += 1
+        if e is None or (visible is not None and not visible.allows(ns)):
+            continue
+        if q.session is not None and e[S_OWNER] != q.session:
+            continue
+        owner: SessionRecord | None = sessions.get(e[S_OWNER])
+        sdesc = "" if owner is None else owner.description
+        if not (_match(sdesc, q.match) or _match(e[S_DESC], q.match)):
+            continue
+        cost = _holder_bytes(ns, table, var, e, sdesc)
+        if len(records) == limit or (records and size + cost > PAGE_BYTES):
+            return HoldersPage(records, _encode_cursor("holders", run, q, pos))
+        records.append(holder_info(store, sessions, ns, table, var, e))
+        size += cost
+    return HoldersPage(records, None)
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+_SESSIONS_SHAPE: Final = (int, int, str)
+
+
+def _session_matches(
+    s: SessionRecord, q: ListQuery, visible: Visibility | None
+) -> tuple[bool, int]:
+    """Whether ``s`` passes the filters and the principal's view, and how many of its table
+    groups were looked at (the cost)."""
+    if q.session is not None and s.session_id != q.session:
+        return False, 1
+    if not _match(s.description, q.match):
+        return False, 1
+    looked = 1
+    placed = q.namespace is None and q.table is None and q.var is None
+    seen = visible is None or s.tag == visible.name
+    for (ns, table), group in s.keys.items():
+        if placed and seen:
+            break
+        looked += 1
+        if not seen and visible is not None and visible.allows(ns):
+            seen = True
+        if placed:
+            continue
+        if (q.namespace is None or ns == q.namespace) and (
+            q.table is None or table.startswith(q.table)
+        ):
+            if q.var is None:
+                placed = True
+            else:
+                looked += len(group)
+                placed = any(var.startswith(q.var) for var in group)
+    return placed and seen, looked
+
+
+def _walk_sessions(
+    shards: list[dict[str, SessionRecord]], at: list[Any] | None
+) -> Iterator[tuple[list[Any], SessionRecord]]:
+    """Every session from position ``at`` on (None: the start), with its position."""
+    sh_from = 0 if at is None else min(at[0], len(shards))
+    for sh_i in range(sh_from, len(shards)):
+        shard = shards[sh_i]
+        keys = list(shard)
+        i_from = 0 if at is None or at[0] != sh_i else _start(keys, at[2], at[1])
+        at = None
+        for i in range(i_from, len(keys)):
+            yield [sh_i, i, keys[i]], shard[keys[i]]
+
+
+def list_sessions(
+    engine: Engine, waits: WaitQueue, q: ListQuery, visible: Visibility | None, run: int
+) -> SessionsPage:
+    """A page of live sessions matching ``q`` (``clients`` left empty: the door fills them
+    from the owners that used each session)."""
+    offset = engine.store.wall_offset
+    at = None if q.cursor is None else _decode_cursor("sessions", run, q, _SESSIONS_SHAPE)
+    limit = q.page_size
+    records: list[SessionInfo] = []
+    size = scanned = 0
+    if q.session is not None:
+        one = engine.sessions.get(q.session)
+        shards: list[dict[str, SessionRecord]] = [] if one is None else [{q.session: one}]
+    else:
+        shards = engine.sessions.shards
+    for pos, s in _walk_sessions(shards, at):
+        if scanned >= PAGE_SCAN:
+            return SessionsPage(records, _encode_cursor("sessions", run, q, pos))
+        ok, looked = _session_matches(s, q, visible)
+        scanned += looked
+        if not ok:
+            continue
+        cost = _SESSION_BYTES + 2 * len(s.session_id) + len(s.description)
+        if len(records) == limit or (records and size + cost > PAGE_BYTES):
+            return SessionsPage(records, _encode_cursor("sessions", run, q, pos))
+        size += cost
+        records.append(
+            SessionInfo(
+                s.session_id,
+                s.description,
+                s.tag or "",
+                (),
+                s.created + offset,
+                s.last_touch + offset,
+                s.max_age,
+                s.last_touch + s.max_age + offset,
+                s.held,
+                waits.parked_count(s.session_id),
+            )
+        )
+    return SessionsPage(records, None)
+
+
+# --- waiters ----------------------------------------------------------------------------------
+
+_WAITERS_SHAPE: Final = (int,)
+
+
+def _waiter_matches(w: Any, q: ListQuery, visible: Visibility | None) -> bool:
+    ns = w.tx.namespace
+    if q.namespace is not None and ns != q.namespace:
+        return False
+    if visible is not None and not visible.allows(ns):
+        return False
+    if q.session is not None and w.session.session_id != q.session:
+        return False
+    if not (_match(w.session.description, q.match) or _match(w.tx.description, q.match)):
+        return False
+    if q.table is None and q.var is None:
+        return True
+    return any(
+        (q.table is None or t.startswith(q.table)) and (q.var is None or v.startswith(q.var))
+        for _, t, v in w.keys
+    )
+
+
+def list_waiters(
+    engine: Engine, waits: WaitQueue, q: ListQuery, visible: Visibility | None, run: int
+) -> WaitersPage:
+    """A page of parked transactions matching ``q``, oldest first."""
+    offset = engine.store.wall_offset
+    at = None if q.cursor is None else _decode_cursor("waiters", run, q, _WAITERS_SHAPE)
+    parked = waits.in_order()
+    first = 0 if at is None else _first_at_or_after(parked, at[0])
+    limit = q.page_size
+    records: list[WaiterInfo] = []
+    size = 0
+    for scanned, w in enumerate(parked[first:]):
+        if scanned >= PAGE_SCAN:
+            return WaitersPage(records, _encode_cursor("waiters", run, q, [w.seq]))
+        if not _waiter_matches(w, q, visible):
+            continue
+        variables = tuple((t, v, waits.position(w, (ns, t, v))) for ns, t, v in sorted(w.keys))
+        cost = _WAITER_BYTES + len(w.session.session_id) + len(w.tx.description)
+        cost += sum(24 + len(t) + len(v) for t, v, _ in variables)
+        if len(records) == limit or (records and size + cost > PAGE_BYTES):
+            return WaitersPage(records, _encode_cursor("waiters", run, q, [w.seq]))
+        size += cost
+        records.append(
+            WaiterInfo(
+                w.session.session_id,
+                w.tx.namespace,
+                w.tx.description,
+                variables,
+                w.parked_at + offset,
+                w.deadline + offset,
+            )
+        )
+    return WaitersPage(records, None)
+
+
+def _first_at_or_after(parked: list[Any], seq: int) -> int:
+    """Index of the first waiter whose arrival number is ``seq`` or later (binary search:
+    the queue keeps arrival order)."""
+    lo, hi = 0, len(parked)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if parked[mid].seq < seq:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
