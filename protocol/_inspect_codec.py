@@ -11,7 +11,7 @@ passed in, so this module imports nothing of ``_codec`` at run time. Layout: PRO
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ._inspect import (
     MAX_CURSOR,
@@ -34,11 +34,12 @@ from ._inspect import (
     WaiterInfo,
     WaitersPage,
 )
+from ._messages import Reply, ServerMessage
 from ._trees import TreeLimits
 
-if TYPE_CHECKING:
-    from ._codec import _Fields
-    from ._messages import Reply, ServerMessage
+# The field reader is ``_codec._Fields`` (passed in; named here only as Any: ``_codec``
+# imports this module).
+_Fields = Any
 
 __all__ = [
     "REQUEST_FIELDS",
@@ -85,7 +86,7 @@ def _query(f: _Fields, limits: TreeLimits) -> ListQuery:
 def inspect_request_from_wire(kind: str, f: _Fields, limits: TreeLimits) -> Any:
     """Decode the operator request of ``kind`` (a key of :data:`REQUEST_FIELDS`); raises
     TypeError / ValueError / ProtocolError like the other request decoders."""
-    rid: int = f.request_id  # type: ignore[assignment]
+    rid: int = f.request_id
     max_name = limits.max_name
     request: Any
     listing = _LISTINGS.get(kind)
@@ -345,8 +346,6 @@ def feed_to_wire(ev: FeedEvent) -> dict[str, Any]:
 
 
 def _reply(f: _Fields, body: Any) -> Reply:
-    from ._messages import Reply  # (a cycle at import time otherwise)
-
     return Reply(f.get("id", (int,)), body)
 
 

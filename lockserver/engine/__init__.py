@@ -1,9 +1,12 @@
 """The pure, synchronous, deterministic lock engine (no I/O, no clock: takes ``now``), and
 ``LockCore``, the one door every change of lock state goes through."""
 
+from ._core import MAX_SUBSCRIPTIONS as MAX_SUBSCRIPTIONS
 from ._core import CoreStatistics as CoreStatistics
 from ._core import LockCore as LockCore
 from ._core import Output as Output
+from ._core import SessionsListing as SessionsListing
+from ._core import Visibility as Visibility
 from ._engine import Engine as Engine
 from ._engine import EngineLimits as EngineLimits
 from ._engine import EngineStatistics as EngineStatistics
@@ -16,6 +19,9 @@ from ._waiting import WaitStatistics as WaitStatistics
 from ._waiting import dependencies as dependencies
 
 __all__ = [
+    "MAX_SUBSCRIPTIONS",
+    "SessionsListing",
+    "Visibility",
     "CoreStatistics",
     "Engine",
     "EngineError",

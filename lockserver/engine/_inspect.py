@@ -33,7 +33,7 @@ import binascii
 import json
 import zlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -74,9 +74,10 @@ from ._store import (
     find_slot,
 )
 
-if TYPE_CHECKING:
-    from ._engine import Engine
-    from ._waiting import WaitQueue
+# The engine and the wait queue are passed in (they import this module): ``Engine`` and
+# ``WaitQueue`` below name them for readers only.
+Engine = Any
+WaitQueue = Any
 
 __all__ = [
     "Visibility",
