@@ -98,8 +98,9 @@ async def test_seed_001_acquire_and_release_by_uid(
 async def test_acquired_at_and_valid_for(
     server: RunningServer, clock: trio.testing.MockClock
 ) -> None:
-    """acquired_at is the server uptime of the grant (from the entry record, selected in the
-    same transaction); valid_for() is a conservative local bound from valid_until (session)
+    """acquired_at is the wall-clock time of the grant (the server's clock at start, from its
+    Welcome, plus the uptime of the entry record selected in the same transaction);
+    valid_for() is a conservative local bound from valid_until (session)
     and expires_at (TTL), computed without comparing clocks; refresh() moves the session part
     forward.
     Trio only: it jumps trio's MockClock."""
@@ -110,7 +111,9 @@ async def test_acquired_at_and_valid_for(
             assert await m.acquire()
             r = m.last_result
             assert r is not None and m.acquired_at is not None
-            assert m.acquired_at == pytest.approx(r.server_uptime)
+            started_at = c.welcome.started_at
+            assert started_at is not None and started_at > 1_600_000_000  # a Unix time
+            assert m.acquired_at == pytest.approx(started_at + r.server_uptime)
             assert m.expires_at is None
             assert 19 < m.valid_for() <= 20
             clock.jump(5)
