@@ -315,8 +315,9 @@ class LockCore:
         out: list[Output] = []
         self._route_lost(out)
         removed = engine.force_release(namespace, table, var, session_id, now=now)
+        released = Released(removed, engine.fence)  # before waiters' grants move it on
         self._settle(out, now, trust)
-        out.append(((owner, request_id), Released(removed, engine.fence)))
+        out.append(((owner, request_id), released))
         return out
 
     # --- the operator's reads -----------------------------------------------------------------

@@ -18,8 +18,9 @@ Rules kept (PROTOCOL.md "Inspection"):
   container's keys, made in C: O(container), ~0.3 ms for 65,536 variables; a big table's
   container is one of its 256 shards). An item present for the whole paging and not changed
   is listed exactly once; an item added meanwhile may or may not be listed; when the item a
-  cursor names is itself removed, paging resumes at its old position, which may skip or
-  repeat a few items of that container. Storage order is insertion order within a container
+  cursor names is itself removed, paging resumes right after the item before it (the cursor
+  names that one too), and only when both are gone at the old position, which may then skip
+  or repeat a few items of that container. Storage order is insertion order within a container
   and hash order across a big table's shards and the sessions (so two server processes may
   list the same state in different orders; a cursor is only valid on the run that made it).
 - A cursor is refused (INVALID_MESSAGE, naming why) when it is not one of ours, is for
@@ -207,6 +208,9 @@ def _encode_cursor(kind: str, run: int, q: ListQuery, position: list[Any]) -> st
     return base64.urlsafe_b64encode(raw.encode()).decode()
 
 
+_KINDS: Final = ("holders", "sessions", "waiters")
+
+
 def _decode_cursor(kind: str, run: int, q: ListQuery, shape: tuple[type, ...]) -> list[Any]:
     """The position a query's cursor names; EngineError (INVALID_MESSAGE) saying why not."""
     assert q.cursor is not None
@@ -214,7 +218,7 @@ def _decode_cursor(kind: str, run: int, q: ListQuery, shape: tuple[type, ...]) -
         raw = json.loads(base64.urlsafe_b64decode(q.cursor.encode("ascii", "strict")))
     except (ValueError, UnicodeError, binascii.Error):
         raw = None
-    if type(raw) is not list or len(raw) != 3 + len(shape):
+    if type(raw) is not list or len(raw) < 3 or raw[0] not in _KINDS:
         raise _bad_cursor(kind, "it is not a cursor of this server")
     if raw[0] != kind:
         raise _bad_cursor(kind, f"it is a cursor of a {raw[0]!r} listing, not {kind!r}")
@@ -223,6 +227,8 @@ def _decode_cursor(kind: str, run: int, q: ListQuery, shape: tuple[type, ...]) -
     if raw[2] != _filters_tag(q):
         raise _bad_cursor(kind, "it was made for other filters: page with the same filters")
     position = raw[3:]
+    if len(position) != len(shape):
+        raise _bad_cursor(kind, "it is not a cursor of this server")
     for value, want in zip(position, shape, strict=True):
         if type(value) is not want or (type(value) is int and value < 0):
             raise _bad_cursor(kind, "it is not a cursor of this server")
@@ -233,14 +239,22 @@ def _bad_cursor(kind: str, why: str) -> EngineError:
     return EngineError(ErrorCode.INVALID_MESSAGE, f"{kind}: the cursor is not valid: {why}")
 
 
-def _start(keys: list[Any], key: Any, hint: int) -> int:
-    """Where to resume in ``keys`` at ``key``, last seen at index ``hint``."""
+def _start(keys: list[Any], key: Any, hint: int, prev: Any = None) -> int:
+    """Where to resume in ``keys`` at ``key``, last seen at index ``hint`` right after
+    ``prev`` (None: nothing before it, or not known): at ``key`` when it is still there, else
+    right after ``prev`` when that one is, else at the old index."""
     if hint < len(keys) and keys[hint] == key:
         return hint
     try:
         return keys.index(key)
     except ValueError:
-        return min(hint, len(keys))
+        pass
+    if prev is not None:
+        try:
+            return keys.index(prev) + 1
+        except ValueError:
+            pass
+    return min(hint, len(keys))
 
 
 def _match(text: str | None, needle: str | None) -> bool:
@@ -249,7 +263,9 @@ def _match(text: str | None, needle: str | None) -> bool:
 
 # --- holders ----------------------------------------------------------------------------------
 
-_HOLDERS_SHAPE: Final = (int, str, int, str, int, int, str, int, str)
+# ns index, ns, table index, table, shard, var index, var, entry index, session, the var
+# before (resume after it when the var is gone; "" at a shard's start)
+_HOLDERS_SHAPE: Final = (int, str, int, str, int, int, str, int, str, str)
 
 
 def _walk_holders(
@@ -277,7 +293,7 @@ def _walk_holders(
             if at is not None and at[3] != table:
                 at = None
             if q.table is not None and not table.startswith(q.table):
-                yield [ns_i, ns, t_i, table, 0, 0, "", 0, ""], ns, table, "", None
+                yield [ns_i, ns, t_i, table, 0, 0, "", 0, "", ""], ns, table, "", None
                 continue
             t: Table = tables[table]
             shards: list[Any] = t.shards if type(t) is BigTable else [t]
@@ -287,13 +303,15 @@ def _walk_holders(
                     at = None
                 shard = shards[sh_i]
                 v_keys = list(shard)
-                v_from = 0 if at is None else _start(v_keys, at[6], at[5])
+                v_from = 0 if at is None else _start(v_keys, at[6], at[5], at[9] or None)
                 for v_i in range(v_from, len(v_keys)):
                     var = v_keys[v_i]
+                    prev = v_keys[v_i - 1] if v_i else ""
                     if at is not None and at[6] != var:
                         at = None
                     if q.var is not None and not var.startswith(q.var):
-                        yield [ns_i, ns, t_i, table, sh_i, v_i, var, 0, ""], ns, table, var, None
+                        pos = [ns_i, ns, t_i, table, sh_i, v_i, var, 0, "", prev]
+                        yield pos, ns, table, var, None
                         continue
                     entries = as_entries(shard[var])
                     e_from = 0
@@ -302,7 +320,7 @@ def _walk_holders(
                         at = None
                     for e_i in range(e_from, len(entries)):
                         e = entries[e_i]
-                        pos = [ns_i, ns, t_i, table, sh_i, v_i, var, e_i, e[S_OWNER]]
+                        pos = [ns_i, ns, t_i, table, sh_i, v_i, var, e_i, e[S_OWNER], prev]
                         yield pos, ns, table, var, e
 
 
@@ -336,7 +354,8 @@ def list_holders(engine: Engine, q: ListQuery, visible: Visibility | None, run: 
 
 # --- sessions ---------------------------------------------------------------------------------
 
-_SESSIONS_SHAPE: Final = (int, int, str)
+# shard, index, session id, the session id before (resume after it when the id is gone)
+_SESSIONS_SHAPE: Final = (int, int, str, str)
 
 
 def _session_matches(
@@ -378,10 +397,10 @@ def _walk_sessions(
     for sh_i in range(sh_from, len(shards)):
         shard = shards[sh_i]
         keys = list(shard)
-        i_from = 0 if at is None or at[0] != sh_i else _start(keys, at[2], at[1])
+        i_from = 0 if at is None or at[0] != sh_i else _start(keys, at[2], at[1], at[3] or None)
         at = None
         for i in range(i_from, len(keys)):
-            yield [sh_i, i, keys[i]], shard[keys[i]]
+            yield [sh_i, i, keys[i], keys[i - 1] if i else ""], shard[keys[i]]
 
 
 def list_sessions(
