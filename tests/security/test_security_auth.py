@@ -116,7 +116,8 @@ async def test_namespaces_forbidden_and_connection_stays_usable(nursery: trio.Nu
 
 async def test_session_hijack_refused_owner_keeps_working(nursery: trio.Nursery) -> None:
     """Another principal presenting the owner's session id is refused: SESSION_CONFLICT for
-    execute, FORBIDDEN for end (it is not an admin token); the session and its lock survive and the owner carries on."""
+    execute, FORBIDDEN for end (it is not an admin token); the session and its lock survive
+    and the owner carries on."""
     server = await start_server(
         nursery, tokens=(TokenSpec("alice", ALICE), TokenSpec("mallory", BOB))
     )
