@@ -40,6 +40,7 @@ from ._inspect import Unsubscribe as Unsubscribe
 from ._inspect import Unsubscribed as Unsubscribed
 from ._inspect import WaiterInfo as WaiterInfo
 from ._inspect import WaitersPage as WaitersPage
+from ._inspect import make_holder as make_holder
 from ._lifecycle import CLOSING_ERROR as CLOSING_ERROR
 from ._lifecycle import LIFECYCLE as LIFECYCLE
 from ._lifecycle import Lifecycle as Lifecycle
@@ -192,6 +193,7 @@ __all__ = [
     "Unsubscribed",
     "WaiterInfo",
     "WaitersPage",
+    "make_holder",
     # tree
     "Node",
     "Operator",

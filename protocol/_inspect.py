@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
+
+from ._trees import _unchecked_maker
 
 __all__ = [
     "DEFAULT_PAGE",
@@ -49,6 +52,7 @@ __all__ = [
     "Unsubscribed",
     "WaiterInfo",
     "WaitersPage",
+    "make_holder",
 ]
 
 #: Records per page when the request does not say.
@@ -248,6 +252,11 @@ class HolderInfo:
     acquired_at: float = attrs.field(validator=_time)  # wall clock, Unix seconds
     expires_at: float | None = attrs.field(validator=_opt_time)  # wall clock; None: no TTL
     fence: int = attrs.field(validator=_count)
+
+
+#: ``HolderInfo(*fields)`` without the validators, for a server building records from its own
+#: (already valid) data: the path of a denied transaction (about 3x cheaper).
+make_holder: Final[Callable[..., HolderInfo]] = _unchecked_maker(HolderInfo)
 
 
 @attrs.frozen

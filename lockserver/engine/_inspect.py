@@ -54,6 +54,7 @@ from protocol import (
     SetVar,
     WaiterInfo,
     WaitersPage,
+    make_holder,
     value_size,
 )
 
@@ -113,7 +114,7 @@ def holder_info(store: Store, sessions: Any, ns: str, table: str, var: str, e: E
     offset = store.wall_offset
     owner = sessions.get(e[S_OWNER])
     expires = e[S_EXPIRES]
-    return HolderInfo(
+    return make_holder(  # the engine's own values: no validators (the denial path)
         ns,
         table,
         var,
@@ -184,15 +185,27 @@ def denial_holders(
     return tuple(out)
 
 
+# The fields of each node type that hold child nodes (a node or a tuple of them), learned once
+# per type: the denial path walks a tree per failed transaction.
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+_CHILD_NAMES: Final = frozenset(
+    {"condition", "then", "else_", "statements", "change", "operator", "left", "right", "operand"}
+)
+
+
 def _children(node: Any) -> list[Any]:
     """A statement's or operator's child nodes, in evaluation order."""
+    t = type(node)
+    names = _CHILD_FIELDS.get(t)
+    if names is None:
+        names = _CHILD_FIELDS[t] = tuple(f.name for f in attrs.fields(t) if f.name in _CHILD_NAMES)
     out: list[Any] = []
-    for field in attrs.fields(type(node)):
-        value = getattr(node, field.name)
-        if isinstance(value, Node):
+    for name in names:
+        value = getattr(node, name)
+        if type(value) is tuple:
+            out.extend(value)
+        elif value is not None:
             out.append(value)
-        elif type(value) is tuple:
-            out.extend(v for v in value if isinstance(v, Node))
     return out
 
 

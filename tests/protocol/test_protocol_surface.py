@@ -141,6 +141,7 @@ PUBLIC = {
     "Unsubscribed",
     "WaiterInfo",
     "WaitersPage",
+    "make_holder",
     # framing and connection
     "DEFAULT_MAX_FRAME",
     "HEADER_SIZE",
