@@ -63,7 +63,7 @@ MAX_PAGE: Final = 1000
 PAGE_BYTES: Final = 512 * 1024
 #: A page ends once the server has looked at this many items (entries, sessions, waiters),
 #: matching or not: a narrow filter over a big table costs each page this much at most.
-PAGE_SCAN: Final = 20_000
+PAGE_SCAN: Final = 5_000
 #: Longest cursor, in characters.
 MAX_CURSOR: Final = 16_384
 #: Most holders a denied transaction's result names.
