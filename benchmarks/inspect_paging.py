@@ -33,6 +33,7 @@ from protocol import (
     AnywayContinueAfter,
     Connection,
     Execute,
+    GetStatistics,
     Hello,
     HoldersPage,
     ListHolders,
@@ -240,6 +241,12 @@ async def _server_run(port: int, entries: int, limit: int) -> None:
     )
     print(_summary("server: one page, round trip (operator)", page_times))
     print(_summary("server: ping round trip while paging", rtts))
+    stats = await operator.call(GetStatistics(operator.rid()))
+    gc_stats = stats.values["gc"]
+    print(
+        f"server: collector pauses since start, per generation: longest "
+        f"{gc_stats['pause_max_ms']} ms, collections {gc_stats['collections']}"
+    )
 
 
 def server(entries: int, limit: int) -> None:
