@@ -83,7 +83,7 @@ def door(entries: int, limit: int) -> None:
             rid += 1
             q = ListQuery(limit=query.limit, cursor=cursor, match=query.match)
             t0 = time.perf_counter()
-            [(_, page)] = core.holders("op", rid, q, now=now, trust=1.0)
+            [(_, page)] = core.listing("op", rid, "holders", q, now=now, trust=1.0)
             times.append(time.perf_counter() - t0)
             assert isinstance(page, HoldersPage), page
             listed += len(page.holders)
@@ -100,9 +100,8 @@ def door(entries: int, limit: int) -> None:
     cursor = None
     while True:
         t0 = time.perf_counter()
-        [(_, page)] = core.holders(
-            "op", 0, ListQuery(match="nobody", cursor=cursor), now=now, trust=1.0
-        )
+        query = ListQuery(match="nobody", cursor=cursor)
+        [(_, page)] = core.listing("op", 0, "holders", query, now=now, trust=1.0)
         times.append(time.perf_counter() - t0)
         assert isinstance(page, HoldersPage), page
         cursor = page.cursor

@@ -4,10 +4,10 @@ listing; name the holders of a denial in one line.
 
 Why a module of its own: the faces (``_sync.py``, ``_async.py``) hold only drivers; each
 operator method there is one line over a builder here (``rid = core.next_id(); return
-request(HOLDERS, rid, holders_request(rid, ...))``), the reply arrives as the protocol's page
-or answer (``_wire.py`` kinds ``HOLDERS`` ... ``UNSUBSCRIBE``), and feed events arrive in
-``Wire.feed_events``. Times on the wire are wall-clock Unix seconds (floats, UTC); this module
-is where they become text.
+request(HOLDERS, rid, listing_request("holders", rid, ...))``), the reply arrives as the
+protocol's page or answer (``_wire.py`` kinds ``HOLDERS`` ... ``UNSUBSCRIBE``), and feed
+events arrive in ``Wire.feed_events``. Times on the wire are wall-clock Unix seconds (floats,
+UTC); this module is where they become text.
 """
 
 from __future__ import annotations
@@ -40,15 +40,13 @@ from protocol import (
 
 __all__ = [
     "describe_holders",
-    "holders_request",
+    "listing_request",
     "iso_utc",
     "pages",
     "release_request",
-    "sessions_request",
     "subscribe_request",
     "to_json",
     "unsubscribe_request",
-    "waiters_request",
 ]
 
 #: Record fields that are wall-clock times (rendered as ISO 8601 UTC by ``to_json``).
@@ -61,19 +59,11 @@ def _encode(request: Any) -> bytes:
     return frame(pack(request_to_wire(request)))
 
 
-def _query(
-    namespace: str | None,
-    table: str | None,
-    var: str | None,
-    session: str | None,
-    match: str | None,
-    cursor: str | None,
-    limit: int | None,
-) -> ListQuery:
-    return ListQuery(namespace, table, var, session, match, cursor, limit)
+_LISTINGS: Final = {"holders": ListHolders, "sessions": ListSessions, "waiters": ListWaiters}
 
 
-def holders_request(
+def listing_request(
+    kind: str,
     rid: int,
     namespace: str | None = None,
     table: str | None = None,
@@ -84,42 +74,14 @@ def holders_request(
     cursor: str | None = None,
     limit: int | None = None,
 ) -> bytes:
-    """The frame of a ``holders`` listing (answered with a :class:`~protocol.HoldersPage`).
-    ``table`` and ``var`` are prefixes; ``match`` a substring of a description. Raises
-    TypeError / ValueError for arguments the server would refuse (e.g. ``limit`` past
-    1,000)."""
-    return _encode(ListHolders(rid, _query(namespace, table, var, session, match, cursor, limit)))
-
-
-def sessions_request(
-    rid: int,
-    namespace: str | None = None,
-    table: str | None = None,
-    var: str | None = None,
-    *,
-    session: str | None = None,
-    match: str | None = None,
-    cursor: str | None = None,
-    limit: int | None = None,
-) -> bytes:
-    """The frame of a ``sessions`` listing (answered with a :class:`~protocol.SessionsPage`);
-    ``namespace``/``table``/``var``: sessions holding an entry there."""
-    return _encode(ListSessions(rid, _query(namespace, table, var, session, match, cursor, limit)))
-
-
-def waiters_request(
-    rid: int,
-    namespace: str | None = None,
-    table: str | None = None,
-    var: str | None = None,
-    *,
-    session: str | None = None,
-    match: str | None = None,
-    cursor: str | None = None,
-    limit: int | None = None,
-) -> bytes:
-    """The frame of a ``waiters`` listing (answered with a :class:`~protocol.WaitersPage`)."""
-    return _encode(ListWaiters(rid, _query(namespace, table, var, session, match, cursor, limit)))
+    """The frame of a listing: ``kind`` is ``"holders"``, ``"sessions"`` or ``"waiters"``
+    (answered with a :class:`~protocol.HoldersPage`, ``SessionsPage`` or ``WaitersPage``).
+    ``table`` and ``var`` are prefixes (for sessions: of an entry the session holds);
+    ``match`` a substring of a description; ``cursor`` the previous page's; ``limit`` 1 to
+    1,000. Raises TypeError / ValueError for arguments the server would refuse, KeyError for
+    an unknown ``kind``."""
+    query = ListQuery(namespace, table, var, session, match, cursor, limit)
+    return _encode(_LISTINGS[kind](rid, query))
 
 
 def release_request(

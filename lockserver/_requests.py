@@ -361,10 +361,10 @@ class RequestHandler:
         query = msg.query
         if self._forbidden(c, msg.request_id, kind, query.namespace):
             return
-        call = getattr(self.core, kind)
-        outs = call(
+        outs = self.core.listing(
             c,
             msg.request_id,
+            kind,
             query,
             now=now,
             trust=self.trust.trust(now),

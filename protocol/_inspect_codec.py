@@ -298,27 +298,11 @@ def _waiters_from_wire(items: Any) -> tuple[WaiterInfo, ...]:
 def inspect_reply_to_wire(request_id: int, body: Any) -> dict[str, Any] | None:
     """The wire map of a reply to an operator request; None when ``body`` is not one."""
     t = type(body)
-    if t is HoldersPage:
-        return {
-            "type": "holders",
-            "id": request_id,
-            "holders": [holder_to_wire(h) for h in body.holders],
-            "cursor": body.cursor,
-        }
-    if t is SessionsPage:
-        return {
-            "type": "sessions",
-            "id": request_id,
-            "sessions": [_session_to_wire(s) for s in body.sessions],
-            "cursor": body.cursor,
-        }
-    if t is WaitersPage:
-        return {
-            "type": "waiters",
-            "id": request_id,
-            "waiters": [_waiter_to_wire(w) for w in body.waiters],
-            "cursor": body.cursor,
-        }
+    page = _PAGES.get(t)
+    if page is not None:
+        kind, to_wire, _ = page
+        records = [to_wire(r) for r in getattr(body, kind)]
+        return {"type": kind, "id": request_id, kind: records, "cursor": body.cursor}
     if t is Released:
         return {"type": "released", "id": request_id, "entries": body.entries, "fence": body.fence}
     if t is Subscribed:
@@ -349,22 +333,22 @@ def _reply(f: _Fields, body: Any) -> Reply:
     return Reply(f.get("id", (int,)), body)
 
 
-def _d_holders(f: _Fields) -> ServerMessage:
-    return _reply(
-        f, HoldersPage(holders_from_wire(f.get("holders", (list,))), f.text("cursor", None))
-    )
+# page type -> (its kind: the wire type and the records' key, a record's encoder, the
+# records' decoder)
+_PAGES: Final[Mapping[type, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]]] = {
+    HoldersPage: ("holders", holder_to_wire, holders_from_wire),
+    SessionsPage: ("sessions", _session_to_wire, _sessions_from_wire),
+    WaitersPage: ("waiters", _waiter_to_wire, _waiters_from_wire),
+}
 
 
-def _d_sessions(f: _Fields) -> ServerMessage:
-    return _reply(
-        f, SessionsPage(_sessions_from_wire(f.get("sessions", (list,))), f.text("cursor", None))
-    )
+def _page_decoder(page_type: type) -> Callable[[_Fields], ServerMessage]:
+    kind, _, from_wire = _PAGES[page_type]
 
+    def decode(f: _Fields) -> ServerMessage:
+        return _reply(f, page_type(from_wire(f.get(kind, (list,))), f.text("cursor", None)))
 
-def _d_waiters(f: _Fields) -> ServerMessage:
-    return _reply(
-        f, WaitersPage(_waiters_from_wire(f.get("waiters", (list,))), f.text("cursor", None))
-    )
+    return decode
 
 
 def _d_released(f: _Fields) -> ServerMessage:
@@ -401,9 +385,9 @@ def _d_feed(f: _Fields) -> ServerMessage:
 
 #: Decoders of the operator's server messages, by wire ``type``.
 SERVER_DECODERS: Final[Mapping[str, Callable[[_Fields], ServerMessage]]] = {
-    "holders": _d_holders,
-    "sessions": _d_sessions,
-    "waiters": _d_waiters,
+    "holders": _page_decoder(HoldersPage),
+    "sessions": _page_decoder(SessionsPage),
+    "waiters": _page_decoder(WaitersPage),
     "released": _d_released,
     "subscribed": _d_subscribed,
     "unsubscribed": _d_unsubscribed,

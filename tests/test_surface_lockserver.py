@@ -238,9 +238,7 @@ ENGINE_CALLS = {
     "LockCore.release": (
         "(self, owner, request_id, namespace, table, var, session_id, *, now, trust)"
     ),
-    "LockCore.holders": "(self, owner, request_id, query, *, now, trust, visible=None)",
-    "LockCore.sessions": "(self, owner, request_id, query, *, now, trust, visible=None)",
-    "LockCore.waiters": "(self, owner, request_id, query, *, now, trust, visible=None)",
+    "LockCore.listing": "(self, owner, request_id, kind, query, *, now, trust, visible=None)",
     "LockCore.subscribe": "(self, owner, request_id, namespace, table)",
     "LockCore.unsubscribe": "(self, owner, request_id, target)",
     "LockCore.cancel": "(self, owner, request_id, target, *, now, trust)",

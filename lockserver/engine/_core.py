@@ -78,7 +78,8 @@ from protocol import (
 )
 
 from ._engine import Engine, EngineLimits, EngineStatistics
-from ._inspect import Visibility, list_holders, list_sessions, list_waiters
+from ._inspect import LISTINGS as _LISTINGS
+from ._inspect import Visibility
 from ._sharded import ShardedDict
 from ._store import EngineError
 from ._waiting import WaitLimits, WaitQueue, WaitStatistics
@@ -322,68 +323,36 @@ class LockCore:
 
     # --- the operator's reads -----------------------------------------------------------------
 
-    def holders(
+    def listing(
         self,
         owner: Hashable,
         request_id: int,
+        kind: str,
         query: ListQuery,
         *,
         now: float,
         trust: float,
         visible: Visibility | None = None,
     ) -> list[Output]:
-        """A page of held entries matching ``query`` (only namespaces ``visible`` allows;
-        None: all), as of ``now`` (what was due expires first). A bad cursor is refused
-        (INVALID_MESSAGE naming why)."""
+        """A page of the listing ``kind`` matching ``query``, as of ``now`` (what was due
+        expires first): ``"holders"`` (a HoldersPage), ``"sessions"`` (a
+        :class:`SessionsListing`: the page and the owners that used each session) or
+        ``"waiters"`` (a WaitersPage, oldest first). With ``visible`` (a principal's view),
+        only the namespaces it allows (sessions: also its own). A bad cursor is refused
+        (INVALID_MESSAGE naming why); an unknown ``kind`` is a KeyError (the shell's bug)."""
+        read = _LISTINGS[kind]
         out = self._expired(now, trust)
         try:
-            page: Payload = list_holders(self.engine, query, visible, self._run)
-        except EngineError as exc:
-            page = exc
-        out.append(((owner, request_id), page))
-        return out
-
-    def sessions(
-        self,
-        owner: Hashable,
-        request_id: int,
-        query: ListQuery,
-        *,
-        now: float,
-        trust: float,
-        visible: Visibility | None = None,
-    ) -> list[Output]:
-        """A page of live sessions matching ``query`` (with ``visible``: the principal's own
-        sessions and those holding entries in namespaces it may use), as a
-        :class:`SessionsListing`."""
-        out = self._expired(now, trust)
-        try:
-            page = list_sessions(self.engine, self.waits, query, visible, self._run)
+            page = read(self.engine, self.waits, query, visible, self._run)
         except EngineError as exc:
             out.append(((owner, request_id), exc))
             return out
-        routes = self._routes
-        owners = tuple(tuple(routes.get(record.session) or ()) for record in page.sessions)
-        out.append(((owner, request_id), SessionsListing(page, owners)))
-        return out
-
-    def waiters(
-        self,
-        owner: Hashable,
-        request_id: int,
-        query: ListQuery,
-        *,
-        now: float,
-        trust: float,
-        visible: Visibility | None = None,
-    ) -> list[Output]:
-        """A page of parked transactions matching ``query``, oldest first."""
-        out = self._expired(now, trust)
-        try:
-            page: Payload = list_waiters(self.engine, self.waits, query, visible, self._run)
-        except EngineError as exc:
-            page = exc
-        out.append(((owner, request_id), page))
+        if type(page) is SessionsPage:
+            routes = self._routes
+            owners = tuple(tuple(routes.get(r.session) or ()) for r in page.sessions)
+            out.append(((owner, request_id), SessionsListing(page, owners)))
+        else:
+            out.append(((owner, request_id), page))
         return out
 
     # --- the change feed ----------------------------------------------------------------------

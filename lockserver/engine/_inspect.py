@@ -33,7 +33,7 @@ import base64
 import binascii
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final, Protocol
 
 import attrs
@@ -82,6 +82,7 @@ Engine = Any
 WaitQueue = Any
 
 __all__ = [
+    "LISTINGS",
     "Visibility",
     "denial_holders",
     "holder_info",
@@ -327,7 +328,9 @@ def _walk_holders(
                 yield ns_i, ns, t_i, table, sh_i, shard, v_keys, v_from, e_from
 
 
-def list_holders(engine: Engine, q: ListQuery, visible: Visibility | None, run: int) -> HoldersPage:
+def list_holders(
+    engine: Engine, waits: WaitQueue, q: ListQuery, visible: Visibility | None, run: int
+) -> HoldersPage:
     """A page of held entries matching ``q`` (see the module docstring for its bounds).
     The hot loop of a listing: one look per entry, the record built without validators."""
     store = engine.store
@@ -567,3 +570,11 @@ def _first_at_or_after(parked: list[Any], seq: int) -> int:
         else:
             hi = mid
     return lo
+
+
+#: The listings by kind, each ``(engine, wait queue, query, visibility, run) -> page``.
+LISTINGS: Final[dict[str, Callable[..., Any]]] = {
+    "holders": list_holders,
+    "sessions": list_sessions,
+    "waiters": list_waiters,
+}

@@ -15,15 +15,13 @@ from client import LockClient, open_lock_client
 from client._core import ClientCore
 from client._inspect import (
     describe_holders,
-    holders_request,
     iso_utc,
+    listing_request,
     pages,
     release_request,
-    sessions_request,
     subscribe_request,
     to_json,
     unsubscribe_request,
-    waiters_request,
 )
 from client._wire import HOLDERS, RELEASE, RETRY, SESSIONS, SUBSCRIBE, UNSUBSCRIBE, WAITERS, Wire
 from lockserver import RunningServer
@@ -64,12 +62,18 @@ def decoded(data: bytes) -> Any:
 
 def test_the_builders_frame_exactly_the_protocol_requests() -> None:
     """Each builder's bytes decode, on the server side, to the request it names."""
-    assert decoded(holders_request(1)) == ListHolders(1)
+    assert decoded(listing_request("holders", 1)) == ListHolders(1)
     assert decoded(
-        holders_request(2, "ns", "jobs-", "v", session="s", match="w", cursor="c", limit=1000)
+        listing_request(
+            "holders", 2, "ns", "jobs-", "v", session="s", match="w", cursor="c", limit=1000
+        )
     ) == ListHolders(2, ListQuery("ns", "jobs-", "v", "s", "w", "c", 1000))
-    assert decoded(sessions_request(3, match="pid")) == ListSessions(3, ListQuery(match="pid"))
-    assert decoded(waiters_request(4, "ns")) == ListWaiters(4, ListQuery("ns"))
+    assert decoded(listing_request("sessions", 3, match="pid")) == ListSessions(
+        3, ListQuery(match="pid")
+    )
+    assert decoded(listing_request("waiters", 4, "ns")) == ListWaiters(4, ListQuery("ns"))
+    with pytest.raises(KeyError):
+        listing_request("entries", 5)
     assert decoded(release_request(5, "ns", "L", "k", "s")) == ForceRelease(5, "ns", "L", "k", "s")
     assert decoded(subscribe_request(6, "ns", "L")) == Subscribe(6, "ns", "L")
     assert decoded(unsubscribe_request(7, 6)) == Unsubscribe(7, 6)
@@ -78,7 +82,7 @@ def test_the_builders_frame_exactly_the_protocol_requests() -> None:
 def test_the_builders_refuse_what_the_server_would() -> None:
     """A page past 1,000 or a blank namespace fails where the request is built."""
     with pytest.raises(ValueError, match="limit"):
-        holders_request(1, limit=1001)
+        listing_request("holders", 1, limit=1001)
     with pytest.raises(ValueError, match="blank"):
         subscribe_request(1, " ")
 

@@ -147,21 +147,21 @@ class Door:
         self, owner: Hashable, rid: int, query: ListQuery, *, now: float, visible: Any = None
     ) -> list[Output]:
         return self._check(
-            self.core.holders(owner, rid, query, now=now, trust=1.0, visible=visible)
+            self.core.listing(owner, rid, "holders", query, now=now, trust=1.0, visible=visible)
         )
 
     def sessions(
         self, owner: Hashable, rid: int, query: ListQuery, *, now: float, visible: Any = None
     ) -> list[Output]:
         return self._check(
-            self.core.sessions(owner, rid, query, now=now, trust=1.0, visible=visible)
+            self.core.listing(owner, rid, "sessions", query, now=now, trust=1.0, visible=visible)
         )
 
     def waiters(
         self, owner: Hashable, rid: int, query: ListQuery, *, now: float, visible: Any = None
     ) -> list[Output]:
         return self._check(
-            self.core.waiters(owner, rid, query, now=now, trust=1.0, visible=visible)
+            self.core.listing(owner, rid, "waiters", query, now=now, trust=1.0, visible=visible)
         )
 
     def subscribe(

@@ -222,7 +222,7 @@ def replay(
             for _ in range(50):  # follow the cursors to the end (a few pages)
                 own = (o, rid_of(o))
                 query = ListQuery(limit=limit, cursor=cursor)
-                page_outs = getattr(core, kind)(o, own[1], query, now=now, trust=1.0)
+                page_outs = core.listing(o, own[1], kind, query, now=now, trust=1.0)
                 outs += page_outs
                 assert page_outs[-1][0] == own
                 answered.add(own)
