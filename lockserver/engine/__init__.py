@@ -1,7 +1,6 @@
 """The pure, synchronous, deterministic lock engine (no I/O, no clock: takes ``now``), and
 ``LockCore``, the one door every change of lock state goes through."""
 
-from ._core import MAX_SUBSCRIPTIONS as MAX_SUBSCRIPTIONS
 from ._core import CoreStatistics as CoreStatistics
 from ._core import LockCore as LockCore
 from ._core import Output as Output
@@ -19,7 +18,6 @@ from ._waiting import WaitStatistics as WaitStatistics
 from ._waiting import dependencies as dependencies
 
 __all__ = [
-    "MAX_SUBSCRIPTIONS",
     "SessionsListing",
     "Visibility",
     "CoreStatistics",

@@ -11,7 +11,8 @@ from typing import Any
 import attrs
 import pytest
 
-from lockserver.engine import MAX_SUBSCRIPTIONS, EngineError, SessionsListing
+from lockserver.engine import EngineError, SessionsListing
+from lockserver.engine._core import MAX_SUBSCRIPTIONS
 from lockserver.engine._inspect import _encode_cursor
 from protocol import (
     MAX_HOLDERS,
