@@ -332,7 +332,10 @@ def list_holders(
     engine: Engine, waits: WaitQueue, q: ListQuery, visible: Visibility | None, run: int
 ) -> HoldersPage:
     """A page of held entries matching ``q`` (see the module docstring for its bounds).
-    The hot loop of a listing: one look per entry, the record built without validators."""
+    The hot loop of a listing: one look per entry, the record built without validators.
+    With a ``session`` filter, only that session's own index is walked."""
+    if q.session is not None:
+        return _session_holders(engine, q, visible, run)
     store = engine.store
     offset = store.wall_offset
     shards = engine.sessions.shards
@@ -404,6 +407,68 @@ def list_holders(
                     )
                 )
             e_from = 0
+    return HoldersPage(records, None)
+
+
+# group index, namespace, table, var index, var: a position in one session's index
+_SESSION_HOLDERS_SHAPE: Final = (int, str, str, int, str)
+
+
+def _session_holders(
+    engine: Engine, q: ListQuery, visible: Visibility | None, run: int
+) -> HoldersPage:
+    """The holders page of one session (``q.session``): its index of held entries, (ns,
+    table) group by group in the order it took them, walked from the cursor: O(page), however
+    much the others hold. The order differs from the full listing's (by session, not by
+    table); a cursor of one is refused by the other (other filters)."""
+    assert q.session is not None
+    s: SessionRecord | None = engine.sessions.get(q.session)
+    if s is None:
+        return HoldersPage((), None)
+    at = None
+    if q.cursor is not None:
+        at = _decode_cursor("holders", run, q, _SESSION_HOLDERS_SHAPE)
+    store = engine.store
+    namespaces = store.namespaces
+    groups = list(s.keys)
+    g_from = 0 if at is None else _start(groups, (at[1], at[2]), at[0])
+    records: list[HolderInfo] = []
+    size = scanned = 0
+    for g_i in range(g_from, len(groups)):
+        ns, table = groups[g_i]
+        group_vars = list(s.keys[ns, table])
+        v_from = 0
+        if at is not None and (at[1], at[2]) == (ns, table):
+            v_from = _start(group_vars, at[4], at[3])
+        at = None
+        if (
+            (q.namespace is not None and ns != q.namespace)
+            or (q.table is not None and not table.startswith(q.table))
+            or (visible is not None and not visible.allows(ns))
+        ):
+            group_vars = []
+            if scanned >= PAGE_SCAN:
+                return HoldersPage(
+                    records, _encode_cursor("holders", run, q, [g_i, ns, table, 0, ""])
+                )
+            scanned += 1
+        for v_i in range(v_from, len(group_vars)):
+            var = group_vars[v_i]
+            pos = [g_i, ns, table, v_i, var]
+            if scanned >= PAGE_SCAN:
+                return HoldersPage(records, _encode_cursor("holders", run, q, pos))
+            scanned += 1
+            if q.var is not None and not var.startswith(q.var):
+                continue
+            slot = find_slot(namespaces.get(ns), table, var)
+            e = next(e for e in as_entries(slot) if e[S_OWNER] == s.session_id)  # type: ignore[arg-type]
+            if not (_match(s.description, q.match) or _match(e[S_DESC], q.match)):
+                continue
+            cost = _holder_bytes(ns, table, var, e, s.description)
+            if len(records) == q.page_size or (records and size + cost > PAGE_BYTES):
+                return HoldersPage(records, _encode_cursor("holders", run, q, pos))
+            size += cost
+            records.append(holder_info(store, engine.sessions, ns, table, var, e))
     return HoldersPage(records, None)
 
 

@@ -16,6 +16,7 @@ from lockserver.engine._core import MAX_SUBSCRIPTIONS
 from lockserver.engine._inspect import _encode_cursor
 from protocol import (
     MAX_HOLDERS,
+    PAGE_BYTES,
     PAGE_SCAN,
     AnywayContinueAfter,
     Assert,
@@ -551,3 +552,49 @@ def test_subscriptions_are_bounded_per_owner_and_ids_are_unique() -> None:
     d3 = door()
     d3.subscribe("S", 1)
     assert answer(d3.core.subscribe("S", 1, NS, None)).code is ErrorCode.DUPLICATE_REQUEST_ID
+
+
+def test_a_page_stops_at_its_byte_bound() -> None:
+    """Records with big values end a page before ``limit`` once PAGE_BYTES is reached (the
+    reply stays far below a frame's 1 MiB); the cursor carries on and every entry is listed
+    once."""
+    d = door()
+    big = "x" * 60_000
+    for i in range(20):
+        d.execute("w", n(), f"s{i}", tx(Assert(SetVar("B", f"v{i:02}", big))), now=START)
+    pages = page_through(d, "holders", limit=1000)
+    assert len(pages) > 1
+    for page in pages:
+        assert sum(len(h.value) for h in page) <= PAGE_BYTES
+    assert [h.var for page in pages for h in page] == [f"v{i:02}" for i in range(20)]
+
+
+def test_a_session_filter_walks_only_that_sessions_entries() -> None:
+    """With a session filter the listing walks the session's own index: its 2,500 entries
+    page as 1,000 + 1,000 + 500 in the order it took them, while 20,000 entries of others
+    cost those pages nothing (no page comes back empty after PAGE_SCAN looks); a cursor
+    survives the session taking and dropping entries between pages; other filters still
+    apply."""
+    d = door()
+    for i in range(0, 20_000, 1000):
+        statements = [Assert(SetVar("Big", f"o{j:05}")) for j in range(i, i + 1000)]
+        d.execute("w", n(), f"other{i}", tx(*statements), now=START)
+    for table in ("T1", "T2", "T3"):
+        statements = [
+            Assert(SetVar(table, f"v{j:04}")) for j in range(834 if table != "T3" else 832)
+        ]
+        d.execute("w", n(), "me", tx(*statements), now=START)
+    pages = page_through(d, "holders", session="me", limit=1000)
+    assert [len(p) for p in pages] == [1000, 1000, 500]
+    listed = [(h.table, h.var) for p in pages for h in p]
+    assert listed[0] == ("T1", "v0000") and listed[-1] == ("T3", "v0831")
+    assert len(set(listed)) == 2500 and {h.session for p in pages for h in p} == {"me"}
+    first = answer(d.holders("op", n(), ListQuery(session="me", limit=10), now=START))
+    d.execute("w", n(), "me", tx(AnywayContinueAfter(DeleteVar("T1", "v0003"))), now=START)
+    rest = answer(
+        d.holders("op", n(), ListQuery(session="me", limit=10, cursor=first.cursor), now=START)
+    )
+    assert [h.var for h in rest.holders][:2] == ["v0010", "v0011"]
+    only_t2 = page_through(d, "holders", session="me", table="T2", var="v08", limit=1000)
+    assert [h.var for p in only_t2 for h in p] == [f"v{j:04}" for j in range(800, 834)]
+    assert page_through(d, "holders", session="nobody") == [[]]

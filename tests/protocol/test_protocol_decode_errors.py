@@ -1144,3 +1144,12 @@ def test_an_unknown_lost_reason_decodes_as_unknown() -> None:
     assert server_message_from_wire(wire) == LockLost(
         "s", LostReason.UNKNOWN, (("n", "t", "v", 3),)
     )
+
+
+def test_a_cursor_at_its_length_limit_is_read() -> None:
+    """A cursor of exactly MAX_CURSOR characters decodes (whether it is a valid cursor is the
+    server's question); one more is TOO_LARGE (the table above)."""
+    from protocol import MAX_CURSOR, ListQuery, ListSessions
+
+    wire = {"type": "sessions", "id": 3, "cursor": "c" * MAX_CURSOR}
+    assert request_from_wire(wire) == ListSessions(3, ListQuery(cursor="c" * MAX_CURSOR))
