@@ -59,8 +59,8 @@ from protocol import (
 )
 
 from ._deadlines import Deadlines
-from ._eval import TxContext
-from ._inspect import denial_holders
+from ._eval import REPLY_DATA_LIMIT, TxContext
+from ._inspect import denial_holders, holders_size
 from ._sharded import ShardedDict
 from ._store import (
     S_DESC,
@@ -145,6 +145,10 @@ class EngineStatistics:
         """As a plain map for the statistics reply."""
         return attrs.asdict(self)
 
+
+#: What a denial's holder records may take of a reply: the room REPLY_DATA_LIMIT leaves for
+#: the other fields, less 4 KiB for them, plus what the selected data does not use.
+_HOLDERS_ROOM = REPLY_DATA_LIMIT + 12 * 1024
 
 # Outcome names of EngineStatistics.by_outcome; counted by name (a str key hashes faster than
 # a (Status, Cause) tuple on the hot path).
@@ -358,6 +362,7 @@ class Engine:
                 tx.namespace,
                 s.session_id,
                 ctx.fence,
+                _HOLDERS_ROOM - ctx.data_bytes,
             )
             ctx.rollback()
             self._outcomes[_FAILED] += 1
@@ -562,6 +567,8 @@ class Engine:
             if old is not None:
                 self._unremember(s, old[2])
         size = data_size(result.data) if result.data else 0
+        if result.holders:  # a denial's records count like its data
+            size += holders_size(result.holders)
         if size > RETRY_BYTES or self.store.stored + size > self.store.max_store_bytes:
             memory[tid] = (tx, result, -1)
         else:

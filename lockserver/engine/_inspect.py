@@ -74,6 +74,7 @@ from ._store import (
     Table,
     as_entries,
     find_slot,
+    text_len,
 )
 
 # The engine and the wait queue are passed in (they import this module): ``Engine`` and
@@ -85,6 +86,7 @@ __all__ = [
     "LISTINGS",
     "Visibility",
     "denial_holders",
+    "holders_size",
     "holder_info",
     "list_holders",
     "list_sessions",
@@ -129,6 +131,17 @@ def holder_info(store: Store, sessions: Any, ns: str, table: str, var: str, e: E
     )
 
 
+def holders_size(holders: tuple[HolderInfo, ...]) -> int:
+    """An upper bound of the encoded size of holder records (a remembered result counts it)."""
+    size = 0
+    for h in holders:
+        size += _HOLDER_BYTES + 4 * (len(h.namespace) + len(h.table) + len(h.var) + len(h.session))
+        size += 4 * len(h.session_description) + value_size(h.value)
+        if h.description is not None:
+            size += 4 * len(h.description)
+    return size
+
+
 def _holder_bytes(ns: str, table: str, var: str, e: Entry, sdesc: str) -> int:
     desc = e[S_DESC]
     return (
@@ -144,13 +157,15 @@ def _holder_bytes(ns: str, table: str, var: str, e: Entry, sdesc: str) -> int:
 
 
 def denial_holders(
-    engine: Engine, statement: Node, ns: str, sid: str, uncommitted: int
+    engine: Engine, statement: Node, ns: str, sid: str, uncommitted: int, room: int
 ) -> tuple[HolderInfo, ...]:
     """The entries that made ``statement`` (a top-level statement that aborted) fail, as the
     evaluator saw them: for each ``Exists`` the entries it matched, for each exclusive
     ``SetVar`` every entry of its variable, for each ``CountBelow`` the entries it counted;
-    in the tree's order, each entry once, at most ``MAX_HOLDERS``. Entries of the running
-    transaction itself (fence ``uncommitted``) are left out: they never existed."""
+    in the tree's order, each entry once, at most ``MAX_HOLDERS``, and only while their
+    records fit in ``room`` bytes (what the reply has left beside its selected data: a
+    result never passes the 1 MiB a client accepts). Entries of the running transaction
+    itself (fence ``uncommitted``) are left out: they never existed."""
     store = engine.store
     tables = store.namespaces.get(ns)
     if tables is None:
@@ -178,6 +193,9 @@ def denial_holders(
                 if key in seen:
                     continue
                 seen.add(key)
+                room -= _holder_bytes(ns, node.table, node.var, e, "") + 2 * text_len(e[S_OWNER])
+                if room < 0:
+                    return tuple(out)
                 out.append(holder_info(store, engine.sessions, ns, node.table, node.var, e))
                 if len(out) == MAX_HOLDERS:
                     break

@@ -598,3 +598,36 @@ def test_a_session_filter_walks_only_that_sessions_entries() -> None:
     only_t2 = page_through(d, "holders", session="me", table="T2", var="v08", limit=1000)
     assert [h.var for p in only_t2 for h in p] == [f"v{j:04}" for j in range(800, 834)]
     assert page_through(d, "holders", session="nobody") == [[]]
+
+
+def test_a_denial_never_makes_a_reply_bigger_than_a_client_accepts() -> None:
+    """Holder records share the reply with the selected data: eight holders with values of
+    60,000 characters all come along; when the data leaves no room, fewer (or none) do, and
+    the reply's frame stays within the 1 MiB every client accepts."""
+    from protocol import (
+        DEFAULT_MAX_FRAME,
+        HEADER_SIZE,
+        Connection,
+        Reply,
+        Role,
+        SelectConstantValue,
+    )
+
+    d = door()
+    big = "x" * 60_000
+    for i in range(8):
+        d.execute(
+            "A",
+            n(),
+            f"h{i}",
+            tx(Assert(SetVar("M", "many", big, allow_duplicates=True))),
+            now=START,
+        )
+    denied = answer(d.execute("B", n(), "b", tx(Assert(SetVar("M", "many"))), now=START))
+    assert len(denied.holders) == MAX_HOLDERS
+    padding = [SelectConstantValue(f"p{i}", "y" * 60_000) for i in range(16)]
+    crowded = answer(d.execute("B", n(), "b", tx(*padding, Assert(SetVar("M", "many"))), now=START))
+    assert crowded.failed_statement == "16:/AssertOp/" and len(crowded.holders) < 4
+    for result in (denied, crowded):
+        frame = Connection(Role.SERVER).send(Reply(1, result))
+        assert len(frame) - HEADER_SIZE <= DEFAULT_MAX_FRAME
