@@ -422,8 +422,6 @@ class RequestHandler:
             principal=principal.name,
             admin=principal.admin,
         )
-        if foreign and not principal.admin:
-            self.protocol_errors += 1  # refused: an invalid request, like FORBIDDEN
         self.deliver(outs, c)
 
     def _hello(self, c: Peer, hello: Hello) -> None:
@@ -543,8 +541,8 @@ class RequestHandler:
                 rid,
                 exc_info=err.__cause__,
             )
-        elif code is ErrorCode.SESSION_CONFLICT:
-            self.protocol_errors += 1  # an invalid request, like FORBIDDEN
+        elif code is ErrorCode.SESSION_CONFLICT or code is ErrorCode.FORBIDDEN:
+            self.protocol_errors += 1  # an invalid request, like the shell's FORBIDDEN
         return c.proto.send(ErrorReply(rid, code, err.message))
 
     def _lost_frames(self, event: LockLost) -> list[bytes]:
