@@ -13,7 +13,7 @@ from typing import Any, TypeVar, overload
 
 import attrs
 
-from protocol import Cause, Status, TransactionResult
+from protocol import Cause, HolderInfo, Status, TransactionResult
 
 __all__ = ["Result"]
 
@@ -85,6 +85,14 @@ class Result:
         return self.raw.transaction_id
 
     @property
+    def holders(self) -> tuple[HolderInfo, ...]:
+        """When a statement failed: the entries that made it fail (at most 8), each a frozen
+        record with ``namespace``, ``table``, ``var``, ``session``, ``session_description``,
+        ``value``, ``description``, ``acquired_at`` and ``expires_at`` (wall-clock Unix
+        seconds, UTC; ``expires_at`` None without a TTL) and ``fence``. Empty otherwise."""
+        return self.raw.holders
+
+    @property
     def valid_until(self) -> float | None:
         """Server uptime until which the session lives without another call (None when the
         call was refused)."""
@@ -135,4 +143,6 @@ class Result:
         parts.append(f"fence={r.fence}")
         if r.data:
             parts.append(f"data={list(r.data)!r}")
+        if r.holders:
+            parts.append(f"holders={[h.session for h in r.holders]!r}")
         return f"<Result {' '.join(parts)}>"

@@ -43,13 +43,20 @@ from protocol import (
     Cancelled,
     ErrorCode,
     ErrorReply,
+    FeedEvent,
+    HoldersPage,
     LockLost,
     Pong,
     ProtocolError,
+    Released,
     Reply,
     SessionEnded,
+    SessionsPage,
     Statistics,
+    Subscribed,
     TransactionResult,
+    Unsubscribed,
+    WaitersPage,
     Welcome,
 )
 from protocol import Connection as _ProtocolConnection
@@ -71,6 +78,12 @@ __all__ = [
     "PING",
     "CANCEL",
     "BATCH",
+    "HOLDERS",
+    "SESSIONS",
+    "WAITERS",
+    "RELEASE",
+    "SUBSCRIBE",
+    "UNSUBSCRIBE",
     "RETRY",
     "Batch",
     "Wire",
@@ -86,6 +99,13 @@ STATS = 4
 PING = 5
 CANCEL = 6
 BATCH = 7  # an Execute of an execute_many batch: its table entry's waiter is the Batch
+# The operator's requests (client/_inspect.py builds them).
+HOLDERS = 8
+SESSIONS = 9
+WAITERS = 10
+RELEASE = 11
+SUBSCRIBE = 12
+UNSUBSCRIBE = 13
 
 _KIND_NAMES = (
     "hello",
@@ -96,6 +116,12 @@ _KIND_NAMES = (
     "ping",
     "cancel",
     "execute",
+    "holders",
+    "sessions",
+    "waiters",
+    "release",
+    "subscribe",
+    "unsubscribe",
 )
 _EXPECTED_BODY: tuple[type, ...] = (
     Welcome,
@@ -106,11 +132,18 @@ _EXPECTED_BODY: tuple[type, ...] = (
     Pong,
     Cancelled,
     TransactionResult,
+    HoldersPage,
+    SessionsPage,
+    WaitersPage,
+    Released,
+    Subscribed,
+    Unsubscribed,
 )
 # Requests that may be re-sent on a new connection when the old one dropped with them in flight:
-# they change nothing (ping, statistics, a keepalive only touches the session) or end in the same
-# state when repeated (ending a session; the retry may then answer False, see Session.end).
-_RETRIABLE = frozenset({KEEPALIVE, END, STATS, PING})
+# they change nothing (ping, statistics, listings, a keepalive only touches the session) or end
+# in the same state when repeated (ending a session; the retry may then answer False, see
+# Session.end). A force-release is not: it may have removed a later holder's entry.
+_RETRIABLE = frozenset({KEEPALIVE, END, STATS, PING, HOLDERS, SESSIONS, WAITERS})
 
 
 class _Retry:
@@ -141,6 +174,12 @@ _CONVERT: tuple[Callable[[Any], Any], ...] = (
     _same,  # Pong
     lambda body: body.found,
     Result,
+    _same,  # HoldersPage
+    _same,  # SessionsPage
+    _same,  # WaitersPage
+    _same,  # Released
+    lambda body: body.subscription,
+    lambda body: body.found,
 )
 
 
@@ -177,7 +216,7 @@ class Wire(Generic[W]):
     face from its event loop's thread.
     """
 
-    __slots__ = ("_broken", "_proto", "closing_error", "core", "pending")
+    __slots__ = ("_broken", "_proto", "closing_error", "core", "feed_events", "pending")
 
     def __init__(self, core: ClientCore) -> None:
         self.core = core
@@ -190,6 +229,10 @@ class Wire(Generic[W]):
         self.closing_error: LockClientError | None = None
         # True once received bytes did not decode: the stream cannot be trusted any more.
         self._broken = False
+        # Change-feed events received (subscriptions, client/_inspect.py), in arrival order,
+        # for the face to take (``take_feed``); kept apart so ``feed``'s results stay as they
+        # were.
+        self.feed_events: list[FeedEvent] = []
 
     @property
     def closing(self) -> bool:
@@ -269,6 +312,8 @@ class Wire(Generic[W]):
                         resolved.append((waiter, _CONVERT[kind](body), None))
                 elif t is LockLost:
                     events.append(msg)  # type: ignore[arg-type]
+                elif t is FeedEvent:
+                    self.feed_events.append(msg)  # type: ignore[arg-type]
                 else:
                     self._error_reply(msg, resolved)  # type: ignore[arg-type]
         except ProtocolError as exc:
@@ -278,6 +323,11 @@ class Wire(Generic[W]):
             self._broken = True
         self.core.events += len(events)
         return resolved, events
+
+    def take_feed(self) -> list[FeedEvent]:
+        """The change-feed events received since the last call, in arrival order."""
+        events, self.feed_events = self.feed_events, []
+        return events
 
     def _error_reply(
         self, msg: ErrorReply, resolved: list[tuple[W, Any, BaseException | None]]

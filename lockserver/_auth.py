@@ -12,6 +12,10 @@ Why / rules kept (issue #8, docs/security.md):
   engine sees it. Session ownership (SESSION_CONFLICT) is checked by the shell (the engine
   keeps the owner as the session's tag), not here: this module is pure and holds no
   connection state.
+- Administration (issue 16): a token marked ``admin = true`` (TOML only) may force-release
+  entries and end another principal's session; any other token is refused (FORBIDDEN).
+  Listings and the change feed show a principal only the namespaces it may use (its own
+  sessions always). The shell logs every admin action with the principal's name.
 - The TLS context is built once, at start, from ``tls_cert`` / ``tls_key`` / ``tls_client_ca``;
   a missing or unreadable file is a :class:`~lockserver._config.ConfigError`-style one-line
   error (raised as :class:`SecurityConfigError`).
@@ -85,6 +89,7 @@ class TokenSpec:
     namespaces: tuple[str, ...] | None = attrs.field(
         default=None, converter=_to_tuple, validator=_namespaces
     )
+    admin: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
 
 @attrs.frozen
@@ -94,14 +99,20 @@ class Principal:
     name: str
     exact: frozenset[str] | None  # None: every namespace
     prefixes: tuple[str, ...] = ()
+    admin: bool = False  # may force-release and end other principals' sessions
 
     @classmethod
     def from_spec(cls, spec: TokenSpec) -> Principal:
         if spec.namespaces is None:
-            return cls(spec.name, None)
+            return cls(spec.name, None, (), spec.admin)
         exact = frozenset(n for n in spec.namespaces if not n.endswith("*"))
         prefixes = tuple(n[:-1] for n in spec.namespaces if n.endswith("*"))
-        return cls(spec.name, exact, prefixes)
+        return cls(spec.name, exact, prefixes, spec.admin)
+
+    @property
+    def sees_everything(self) -> bool:
+        """True when it may use every namespace (listings then need no filtering)."""
+        return self.exact is None
 
     def allows(self, namespace: str) -> bool:
         """True when this principal may run transactions in ``namespace``."""
@@ -157,8 +168,8 @@ def parse_tokens_text(text: str) -> tuple[TokenSpec, ...]:
 
 
 def tokens_from_toml(value: Any) -> tuple[TokenSpec, ...]:
-    """The TOML form: an array of tables ``[[tokens]]`` with ``name``, ``token`` and optional
-    ``namespaces`` (a list of strings)."""
+    """The TOML form: an array of tables ``[[tokens]]`` with ``name``, ``token``, optional
+    ``namespaces`` (a list of strings) and optional ``admin`` (a bool)."""
     if type(value) is not list:
         raise SecurityConfigError("tokens must be an array of tables ([[tokens]])")
     out = []
@@ -166,7 +177,7 @@ def tokens_from_toml(value: Any) -> tuple[TokenSpec, ...]:
         where = f"tokens: entry {i}"
         if type(item) is not dict:
             raise SecurityConfigError(f"{where} must be a table with name and token")
-        unknown = sorted(set(item) - {"name", "token", "namespaces"})
+        unknown = sorted(set(item) - {"name", "token", "namespaces", "admin"})
         if unknown:
             raise SecurityConfigError(f"{where} has unknown key(s) {', '.join(unknown)}")
         if "name" not in item or "token" not in item:
@@ -174,13 +185,16 @@ def tokens_from_toml(value: Any) -> tuple[TokenSpec, ...]:
         namespaces = item.get("namespaces")
         if namespaces is not None and type(namespaces) is not list:
             raise SecurityConfigError(f"{where}: namespaces must be a list of strings")
-        out.append(_spec(where, item["name"], item["token"], namespaces))
+        admin = item.get("admin", False)
+        if type(admin) is not bool:
+            raise SecurityConfigError(f"{where}: admin must be true or false")
+        out.append(_spec(where, item["name"], item["token"], namespaces, admin))
     return check_tokens(tuple(out))
 
 
-def _spec(where: str, name: Any, secret: Any, namespaces: Any) -> TokenSpec:
+def _spec(where: str, name: Any, secret: Any, namespaces: Any, admin: bool = False) -> TokenSpec:
     try:
-        return TokenSpec(name, secret, namespaces)
+        return TokenSpec(name, secret, namespaces, admin)
     except (TypeError, ValueError) as exc:
         raise SecurityConfigError(f"{where}: {exc}") from None
 

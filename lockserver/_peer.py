@@ -102,12 +102,14 @@ class Peer:
     """
 
     __slots__ = (
+        "address",
         "blocked",
         "client_name",
         "counted",
         "dead",
         "eof",
         "fd",
+        "feed_dropped",
         "frame_started",
         "last_recv",
         "max_send_buffer",
@@ -156,6 +158,8 @@ class Peer:
         self.pending = 0  # bytes of an incomplete frame buffered, included in totals.received
         self.frame_started = math.inf  # when that frame's first byte arrived (inf: none)
         self.client_name = ""
+        self.address = ""  # the peer's HOST:PORT (listings show it)
+        self.feed_dropped = 0  # feed events dropped since the last one sent (not reading)
         self.principal: Principal = ANONYMOUS  # set by a hello with a valid token
         self.opened_at = now
         self.last_recv = now

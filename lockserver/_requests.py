@@ -31,6 +31,20 @@ is checked against the principal's namespaces here (FORBIDDEN); the session's ow
 (SESSION_CONFLICT) is lock state, checked by the door. Without tokens all of it is one
 ``is None`` test per execute. (TLS is the shell's: see ``_server.py``.)
 
+**The operator's requests** (issue 16, PROTOCOL.md "Inspection"): listings, force-release
+and (un)subscribing make one door call each, after the checks that are configuration: with
+tokens, a listing or subscription naming a namespace the token may not use is FORBIDDEN (an
+unnamed one is filtered to what it may use), force-release and ending another principal's
+session need an ``admin`` token (FORBIDDEN otherwise), and every such admin action is logged,
+one line naming the principal (logger ``lockserver.admin``). A sessions page comes back with
+the owners that used each session; the shell names them (``clients``: their addresses).
+
+**The feed never blocks the server.** A feed event for a connection whose unsent bytes are
+past :data:`FEED_BUFFER` is dropped and counted on that connection; the next event it is sent
+carries the count (``dropped``), and the statistics count them all (``feed_events_dropped``).
+Replies are never dropped: a connection that does not read its replies is still a slow
+consumer (``max_send_buffer``), and the feed's bound is below that one.
+
 Prior art: h11/wsproto's sans-I/O split (the protocol package).
 """
 
@@ -53,8 +67,13 @@ from protocol import (
     ErrorCode,
     ErrorReply,
     Execute,
+    FeedEvent,
+    ForceRelease,
     GetStatistics,
     Hello,
+    ListHolders,
+    ListSessions,
+    ListWaiters,
     LockLost,
     Ping,
     Pong,
@@ -63,19 +82,27 @@ from protocol import (
     Role,
     State,
     Statistics,
+    Subscribe,
     TransactionResult,
+    Unsubscribe,
     Welcome,
 )
 
-from ._auth import Authenticator
+from ._auth import Authenticator, Principal
 from ._config import ServerConfig
 from ._peer import Peer
 from ._trust import TrustMonitor
-from .engine import EngineError, LockCore, Output
+from .engine import EngineError, LockCore, Output, SessionsListing
 
-__all__ = ["Alarm", "RequestHandler"]
+__all__ = ["FEED_BUFFER", "Alarm", "RequestHandler"]
 
 log = logging.getLogger("lockserver")
+admin_log = logging.getLogger("lockserver.admin")
+
+#: Unsent bytes past which a connection's feed events are dropped (and counted), at most half
+#: its ``max_send_buffer``: a subscriber that does not read loses events, never its replies.
+FEED_BUFFER: Final = 1024 * 1024
+_LISTINGS: Final = {ListHolders: "holders", ListSessions: "sessions", ListWaiters: "waiters"}
 
 # Replies of a long batch go out as soon as this many bytes are ready (~22 results), not at
 # the batch's end: the client decodes the first replies while the rest are being served.
@@ -135,6 +162,9 @@ class RequestHandler:
         self.protocol_errors = 0
         self.internal_errors = 0
         self.events_sent = 0
+        self.feed_sent = 0
+        self.feed_dropped = 0
+        self.feed_buffer = min(FEED_BUFFER, config.max_send_buffer // 2)
 
     def process(self, c: Peer, data: memoryview) -> bool:
         """Decode and serve every complete frame in ``data``; False: close the connection.
@@ -272,25 +302,127 @@ class RequestHandler:
         if t is Ping:
             c.outbox += proto.send(Reply(rid, Pong(core.uptime(now), self.trust.trust(now))))
         elif t is EndSession:
-            self.deliver(
-                core.end_session(
-                    c,
-                    rid,
-                    msg.session_id,
-                    now=now,
-                    trust=self.trust.trust(now),
-                    principal=c.principal.name,
-                ),
-                c,
-            )
+            self._end(c, msg, now)
         elif t is GetStatistics:
             c.outbox += proto.send(Reply(rid, Statistics(self.statistics(now))))
         elif t is Cancel:
             self.deliver(
                 core.cancel(c, rid, msg.target_id, now=now, trust=self.trust.trust(now)), c
             )
+        elif t in _LISTINGS:
+            self._listing(c, msg, now)
+        elif t is ForceRelease:
+            self._release(c, msg, now)
+        elif t is Subscribe:
+            if self._forbidden(c, rid, "subscribe", msg.namespace):
+                return
+            self.deliver(core.subscribe(c, rid, msg.namespace, msg.table), c)
+        elif t is Unsubscribe:
+            self.deliver(core.unsubscribe(c, rid, msg.target), c)
         else:
             raise TypeError(f"no handler for {t.__name__}")
+
+    # --- the operator's requests --------------------------------------------------------------
+
+    def _forbidden(self, c: Peer, rid: int, what: str, namespace: str | None) -> bool:
+        """With tokens, refuse (FORBIDDEN) a request naming a namespace the connection's
+        token may not use; True when refused."""
+        if self.auth is None or namespace is None or c.principal.allows(namespace):
+            return False
+        self._invalid(
+            c,
+            rid,
+            ErrorCode.FORBIDDEN,
+            f"{what}: token {c.principal.name!r} may not use namespace {namespace!r}",
+        )
+        return True
+
+    def _visible(self, c: Peer) -> Principal | None:
+        """What a listing may show this connection (None: everything)."""
+        if self.auth is None or c.principal.sees_everything:
+            return None
+        return c.principal
+
+    def _not_admin(self, c: Peer, rid: int, what: str) -> bool:
+        """With tokens, refuse (FORBIDDEN) an admin action of a token without ``admin``; True
+        when refused."""
+        if self.auth is None or c.principal.admin:
+            return False
+        self._invalid(
+            c,
+            rid,
+            ErrorCode.FORBIDDEN,
+            f"{what}: token {c.principal.name!r} is not an admin token (admin = true)",
+        )
+        return True
+
+    def _listing(self, c: Peer, msg: Any, now: float) -> None:
+        kind = _LISTINGS[type(msg)]
+        query = msg.query
+        if self._forbidden(c, msg.request_id, kind, query.namespace):
+            return
+        outs = self.core.listing(
+            c,
+            msg.request_id,
+            kind,
+            query,
+            now=now,
+            trust=self.trust.trust(now),
+            visible=self._visible(c),
+        )
+        self.deliver(outs, c)
+
+    def _release(self, c: Peer, msg: ForceRelease, now: float) -> None:
+        rid = msg.request_id
+        if self._not_admin(c, rid, "release") or self._forbidden(c, rid, "release", msg.namespace):
+            return
+        outs = self.core.release(
+            c,
+            rid,
+            msg.namespace,
+            msg.table,
+            msg.var,
+            msg.session,
+            now=now,
+            trust=self.trust.trust(now),
+        )
+        released = outs[-1][1]
+        admin_log.info(
+            "admin %r (connection %s): release %s/%s/%s%s: %s entries removed",
+            c.principal.name,
+            c.name,
+            msg.namespace,
+            msg.table,
+            msg.var,
+            "" if msg.session is None else f" of session {msg.session!r}",
+            getattr(released, "entries", "?"),
+        )
+        self.deliver(outs, c)
+
+    def _end(self, c: Peer, msg: EndSession, now: float) -> None:
+        sid = msg.session_id
+        principal = c.principal
+        # Whose session it is, read for the log line only (the door decides).
+        owner = self.core.engine.session_tag(sid) if self.auth is not None else None
+        foreign = owner is not None and owner != principal.name
+        if foreign and principal.admin:
+            admin_log.info(
+                "admin %r (connection %s): end session %r of principal %r",
+                principal.name,
+                c.name,
+                sid,
+                owner,
+            )
+        outs = self.core.end_session(
+            c,
+            msg.request_id,
+            sid,
+            now=now,
+            trust=self.trust.trust(now),
+            principal=principal.name,
+            admin=principal.admin,
+        )
+        self.deliver(outs, c)
 
     def _hello(self, c: Peer, hello: Hello) -> None:
         rid = hello.request_id
@@ -350,6 +482,9 @@ class RequestHandler:
         for (peer, rid), payload in outs:
             p: Any = peer
             t = type(payload)
+            if t is FeedEvent:
+                self._feed(p, payload, p is current)  # type: ignore[arg-type]
+                continue
             if t is LockLost:
                 for data in self._lost_frames(payload):  # type: ignore[arg-type]
                     self.events_sent += 1
@@ -363,7 +498,9 @@ class RequestHandler:
                 data = p.proto.send_result(rid, payload)
             elif t is EngineError:
                 data = self._refusal(p, rid, payload)  # type: ignore[arg-type]
-            else:  # SessionEnded, Cancelled
+            elif t is SessionsListing:
+                data = p.proto.send(Reply(rid, _named(payload)))  # type: ignore[arg-type]
+            else:  # SessionEnded, Cancelled, the operator's answers
                 data = p.proto.send(Reply(rid, payload))  # type: ignore[arg-type]
             if p is current:
                 p.outbox += data  # type: ignore[union-attr]
@@ -371,6 +508,25 @@ class RequestHandler:
                 p.push(data)
                 if p.proto.state is _CLOSED:  # an INTERNAL_ERROR went out: close it
                     p.stop(None, "")
+
+    def _feed(self, p: Peer, event: FeedEvent, current: bool) -> None:
+        """Send a feed event, or drop and count it when ``p`` has more than ``feed_buffer``
+        unsent bytes; a sent event carries the count dropped since the one before."""
+        if p.dead:
+            return
+        if len(p.outbox) > self.feed_buffer:
+            p.feed_dropped += 1
+            self.feed_dropped += 1
+            return
+        if p.feed_dropped:
+            event = attrs.evolve(event, dropped=p.feed_dropped)
+            p.feed_dropped = 0
+        data = self.encoder.send(event)
+        self.feed_sent += 1
+        if current:
+            p.outbox += data
+        else:
+            p.push(data)
 
     def _refusal(self, c: Peer, rid: int, err: EngineError) -> bytes:
         """The error reply of a request the door refused (a limit, another principal's
@@ -385,8 +541,8 @@ class RequestHandler:
                 rid,
                 exc_info=err.__cause__,
             )
-        elif code is ErrorCode.SESSION_CONFLICT:
-            self.protocol_errors += 1  # an invalid request, like FORBIDDEN
+        elif code is ErrorCode.SESSION_CONFLICT or code is ErrorCode.FORBIDDEN:
+            self.protocol_errors += 1  # an invalid request, like the shell's FORBIDDEN
         return c.proto.send(ErrorReply(rid, code, err.message))
 
     def _lost_frames(self, event: LockLost) -> list[bytes]:
@@ -399,3 +555,13 @@ class RequestHandler:
         first = attrs.evolve(event, entries=event.entries[:half])
         second = attrs.evolve(event, entries=event.entries[half:])
         return self._lost_frames(first) + self._lost_frames(second)
+
+
+def _named(listing: SessionsListing) -> Any:
+    """A sessions page with each record's ``clients``: the addresses of the open connections
+    that used the session."""
+    records = tuple(
+        attrs.evolve(record, clients=tuple(o.address for o in owners if not o.dead))  # type: ignore[attr-defined]
+        for record, owners in zip(listing.page.sessions, listing.owners, strict=True)
+    )
+    return attrs.evolve(listing.page, sessions=records)

@@ -226,10 +226,15 @@ class Server:
         auth = Authenticator(config.tokens) if config.tokens else None
         self.started_at = now
         self.hostname = socket.gethostname()
+        # The one wall-clock reading: the fence epoch, and the offset that turns uptime into
+        # the wall-clock times people read (listings, denials, the feed, Welcome.started_at).
+        # Uptime is monotonic: a wall clock set later does not move those times.
+        fence_epoch = time.time_ns() // 1000
+        self.wall_at_start = fence_epoch / 1_000_000
         self.core = LockCore(
             started_at=now,
             host=self.hostname,
-            fence_epoch=time.time_ns() // 1000,
+            fence_epoch=fence_epoch,
             limits=EngineLimits(
                 max_sessions=config.max_sessions,
                 max_entries=config.max_entries,
@@ -302,6 +307,7 @@ class Server:
             self.hostname,
             self.limits,
             self.instance,
+            self.wall_at_start,
         )
         self.requests = RequestHandler(
             config, self.core, self.trust, auth, self.welcome, self.alarm, self.statistics
@@ -466,6 +472,7 @@ class Server:
                 on_slow=self._slow_consumer,
                 totals=self.totals,
             )
+            c.address = peer
             self.clients.add(c)
             log.debug("connection %s opened", c.name)
             nursery.start_soon(self._connection, c)
@@ -667,6 +674,8 @@ class Server:
                 "receive_buffered": self.totals.received,
                 "send_buffered": self.totals.unsent,
                 "events_sent": requests.events_sent,
+                "feed_events_sent": requests.feed_sent,
+                "feed_events_dropped": requests.feed_dropped,
                 "sessions_tracked": core.sessions_routed,
                 "http_connections": self.http.open,
                 "http_requests_total": self.http.requests,

@@ -16,6 +16,31 @@ from ._framing import HEADER_SIZE as HEADER_SIZE
 from ._framing import MAX_HELLO_FRAME as MAX_HELLO_FRAME
 from ._framing import FrameBuffer as FrameBuffer
 from ._framing import frame as frame
+from ._inspect import DEFAULT_PAGE as DEFAULT_PAGE
+from ._inspect import MAX_CURSOR as MAX_CURSOR
+from ._inspect import MAX_HOLDERS as MAX_HOLDERS
+from ._inspect import MAX_PAGE as MAX_PAGE
+from ._inspect import PAGE_BYTES as PAGE_BYTES
+from ._inspect import PAGE_SCAN as PAGE_SCAN
+from ._inspect import FeedEvent as FeedEvent
+from ._inspect import FeedKind as FeedKind
+from ._inspect import ForceRelease as ForceRelease
+from ._inspect import HolderInfo as HolderInfo
+from ._inspect import HoldersPage as HoldersPage
+from ._inspect import ListHolders as ListHolders
+from ._inspect import ListQuery as ListQuery
+from ._inspect import ListSessions as ListSessions
+from ._inspect import ListWaiters as ListWaiters
+from ._inspect import Released as Released
+from ._inspect import SessionInfo as SessionInfo
+from ._inspect import SessionsPage as SessionsPage
+from ._inspect import Subscribe as Subscribe
+from ._inspect import Subscribed as Subscribed
+from ._inspect import Unsubscribe as Unsubscribe
+from ._inspect import Unsubscribed as Unsubscribed
+from ._inspect import WaiterInfo as WaiterInfo
+from ._inspect import WaitersPage as WaitersPage
+from ._inspect import make_holder as make_holder
 from ._lifecycle import CLOSING_ERROR as CLOSING_ERROR
 from ._lifecycle import LIFECYCLE as LIFECYCLE
 from ._lifecycle import Lifecycle as Lifecycle
@@ -143,6 +168,32 @@ __all__ = [
     "LockLost",
     "Event",
     "ServerMessage",
+    # inspection and operations (PROTOCOL.md "Inspection")
+    "DEFAULT_PAGE",
+    "MAX_CURSOR",
+    "MAX_HOLDERS",
+    "MAX_PAGE",
+    "PAGE_BYTES",
+    "PAGE_SCAN",
+    "FeedEvent",
+    "FeedKind",
+    "ForceRelease",
+    "HolderInfo",
+    "HoldersPage",
+    "ListHolders",
+    "ListQuery",
+    "ListSessions",
+    "ListWaiters",
+    "Released",
+    "SessionInfo",
+    "SessionsPage",
+    "Subscribe",
+    "Subscribed",
+    "Unsubscribe",
+    "Unsubscribed",
+    "WaiterInfo",
+    "WaitersPage",
+    "make_holder",
     # tree
     "Node",
     "Operator",

@@ -23,6 +23,17 @@ import msgpack
 
 from ._errors import ErrorCode, ProtocolError
 from ._framing import frame
+from ._inspect import FeedEvent
+from ._inspect_codec import (
+    REQUEST_FIELDS,
+    SERVER_DECODERS,
+    feed_to_wire,
+    holder_to_wire,
+    holders_from_wire,
+    inspect_reply_to_wire,
+    inspect_request_from_wire,
+    inspect_request_to_wire,
+)
 from ._messages import (
     DEFAULT_SESSION_MAX_AGE,
     Cancel,
@@ -227,6 +238,7 @@ _KNOWN_FIELDS: dict[str, frozenset[str]] = {
     "stats": frozenset({"type", "id"}),
     "ping": frozenset({"type", "id"}),
     "cancel": frozenset({"type", "id", "target"}),
+    **REQUEST_FIELDS,
 }
 
 
@@ -264,6 +276,9 @@ def request_to_wire(req: Request) -> dict[str, Any]:
         return {"type": "ping", "id": req.request_id}
     if t is Cancel:
         return {"type": "cancel", "id": req.request_id, "target": req.target_id}  # type: ignore[union-attr]
+    wire = inspect_request_to_wire(req)
+    if wire is not None:
+        return wire
     raise TypeError(f"not a request: {req!r}")
 
 
@@ -545,6 +560,8 @@ def request_from_wire(wire: Any, limits: TreeLimits = DEFAULT_TREE_LIMITS) -> Re
         if kind == "ping":
             f.done()
             return Ping(rid)
+        if kind in REQUEST_FIELDS:
+            return inspect_request_from_wire(kind, f, limits)  # type: ignore[no-any-return]
         cancel = Cancel(rid, f.get("target", (int,), what="an integer"))
         f.done()
         return cancel
@@ -559,8 +576,9 @@ def result_to_wire(request_id: int, body: TransactionResult) -> dict[str, Any]:
     """The map to pack for ``Reply(request_id, body)``; the server's hot path calls it
     directly (no Reply object). Status and cause stay IntEnums and the data pairs tuples:
     msgpack packs them as the plain integers and arrays they are, so no conversion is spent on
-    them (``server_message_to_wire`` converts them, for callers that inspect the map)."""
-    return {
+    them (``server_message_to_wire`` converts them, for callers that inspect the map). The
+    ``holders`` of a denial are sent only when there are some: a grant's map is unchanged."""
+    out = {
         "type": "result",
         "id": request_id,
         "status": body.status,
@@ -574,6 +592,9 @@ def result_to_wire(request_id: int, body: TransactionResult) -> dict[str, Any]:
         "fence": body.fence,
         "valid_until": body.valid_until,
     }
+    if body.holders:
+        out["holders"] = [holder_to_wire(h) for h in body.holders]
+    return out
 
 
 def server_message_to_wire(msg: ServerMessage) -> dict[str, Any]:
@@ -597,7 +618,7 @@ def server_message_to_wire(msg: ServerMessage) -> dict[str, Any]:
         if bt is Statistics:
             return {"type": "stats", "id": r.request_id, "stats": dict(body.values)}
         if bt is Welcome:
-            return {
+            welcome = {
                 "type": "welcome",
                 "id": r.request_id,
                 "version": body.version,
@@ -606,8 +627,14 @@ def server_message_to_wire(msg: ServerMessage) -> dict[str, Any]:
                 "limits": dict(body.limits),
                 "instance": body.instance,
             }
+            if body.started_at is not None:
+                welcome["started_at"] = body.started_at
+            return welcome
         if bt is Cancelled:
             return {"type": "cancelled", "id": r.request_id, "found": body.found}
+        wire = inspect_reply_to_wire(r.request_id, body)
+        if wire is not None:
+            return wire
         raise TypeError(f"not a reply body: {body!r}")
     if t is ErrorReply:
         e: Any = msg
@@ -626,6 +653,8 @@ def server_message_to_wire(msg: ServerMessage) -> dict[str, Any]:
             "reason": str(ev.reason),
             "entries": [list(x) for x in ev.entries],
         }
+    if t is FeedEvent:
+        return feed_to_wire(msg)  # type: ignore[arg-type]
     raise TypeError(f"not a server message: {msg!r}")
 
 
@@ -683,7 +712,9 @@ def _fast_result(w: dict[str, Any]) -> Reply | None:
                 return None
             items.append((item[0], item[1]))
         pairs = tuple(items)
-    body = _mk_result(status, cause, tx_id, host, uptime, trust, failed, pairs, fence, valid_until)
+    body = _mk_result(
+        status, cause, tx_id, host, uptime, trust, failed, pairs, fence, valid_until, ()
+    )
     return _mk_reply(rid, body)  # type: ignore[no-any-return]
 
 
@@ -736,6 +767,7 @@ def _d_result(f: _Fields) -> ServerMessage:
         data=tuple(pairs),
         fence=f.get("fence", (int,)),
         valid_until=f.number("valid_until", None),
+        holders=holders_from_wire(f.get("holders", (list,), [])),
     )
     return Reply(rid, body)
 
@@ -761,6 +793,7 @@ def _d_welcome(f: _Fields) -> ServerMessage:
             f.text("host"),
             f.get("limits", (dict,)),
             f.text("instance", ""),
+            f.number("started_at", None),
         ),
     )
 
@@ -785,7 +818,12 @@ def _d_lost(f: _Fields) -> ServerMessage:
         if type(item) is not list or len(item) != 4:
             raise ValueError("entries must be [namespace, table, var, fence] arrays")
         entries.append((item[0], item[1], item[2], item[3]))
-    return LockLost(f.text("session"), LostReason(f.text("reason")), tuple(entries))
+    reason = f.text("reason")
+    try:
+        lost_reason = LostReason(reason)
+    except ValueError:  # a newer server's reason: the entries are gone all the same
+        lost_reason = LostReason.UNKNOWN
+    return LockLost(f.text("session"), lost_reason, tuple(entries))
 
 
 _SERVER_DECODERS: Mapping[str, Callable[[_Fields], ServerMessage]] = {
@@ -797,4 +835,5 @@ _SERVER_DECODERS: Mapping[str, Callable[[_Fields], ServerMessage]] = {
     "cancelled": _d_cancelled,
     "error": _d_error,
     "lost": _d_lost,
+    **SERVER_DECODERS,
 }

@@ -26,7 +26,8 @@ the state, and a client's request never does). :data:`LIFECYCLE` maps
 
 A kind is a message's wire ``type``, except that an error whose code closes the connection is
 its own kind, :data:`CLOSING_ERROR` (it moves the state where an ordinary error does not).
-``stats`` is both a request and a reply: the sender tells them apart.
+``stats``, ``holders``, ``sessions`` and ``waiters`` are both requests and replies: the sender
+tells them apart.
 
 Prior art: h11's ``_state.py`` (``EVENT_TRIGGERED_TRANSITIONS``, an illegal move names the
 event and the state and changes nothing).
@@ -41,6 +42,21 @@ from typing import Final
 
 import attrs
 
+from ._inspect import (
+    FeedEvent,
+    ForceRelease,
+    HoldersPage,
+    ListHolders,
+    ListSessions,
+    ListWaiters,
+    Released,
+    SessionsPage,
+    Subscribe,
+    Subscribed,
+    Unsubscribe,
+    Unsubscribed,
+    WaitersPage,
+)
 from ._messages import (
     Cancel,
     Cancelled,
@@ -91,7 +107,20 @@ class State(enum.Enum):
 CLOSING_ERROR: Final = "closing error"
 
 #: The kinds each side sends, in PROTOCOL.md's order.
-REQUEST_KINDS: Final = ("hello", "execute", "end", "stats", "ping", "cancel")
+REQUEST_KINDS: Final = (
+    "hello",
+    "execute",
+    "end",
+    "stats",
+    "ping",
+    "cancel",
+    "holders",
+    "sessions",
+    "waiters",
+    "release",
+    "subscribe",
+    "unsubscribe",
+)
 SERVER_KINDS: Final = (
     "welcome",
     "result",
@@ -99,9 +128,16 @@ SERVER_KINDS: Final = (
     "stats",
     "pong",
     "cancelled",
+    "holders",
+    "sessions",
+    "waiters",
+    "released",
+    "subscribed",
+    "unsubscribed",
     "error",
     CLOSING_ERROR,
     "lost",
+    "feed",
 )
 
 _REQUEST_KIND: Final[Mapping[type, str]] = {
@@ -111,6 +147,12 @@ _REQUEST_KIND: Final[Mapping[type, str]] = {
     GetStatistics: "stats",
     Ping: "ping",
     Cancel: "cancel",
+    ListHolders: "holders",
+    ListSessions: "sessions",
+    ListWaiters: "waiters",
+    ForceRelease: "release",
+    Subscribe: "subscribe",
+    Unsubscribe: "unsubscribe",
 }
 _REPLY_KIND: Final[Mapping[type, str]] = {
     Welcome: "welcome",
@@ -119,6 +161,12 @@ _REPLY_KIND: Final[Mapping[type, str]] = {
     Statistics: "stats",
     Pong: "pong",
     Cancelled: "cancelled",
+    HoldersPage: "holders",
+    SessionsPage: "sessions",
+    WaitersPage: "waiters",
+    Released: "released",
+    Subscribed: "subscribed",
+    Unsubscribed: "unsubscribed",
 }
 
 
@@ -132,6 +180,8 @@ def message_kind(message: Request | ServerMessage) -> str:
         kind = CLOSING_ERROR if message.code.closes_connection else "error"  # type: ignore[union-attr]
     elif t is LockLost:
         kind = "lost"
+    elif t is FeedEvent:
+        kind = "feed"
     else:
         kind = _REQUEST_KIND.get(t)
     if kind is None:

@@ -18,6 +18,22 @@ from typing import Any
 import attrs
 
 from ._errors import ErrorCode
+from ._inspect import (
+    FeedEvent,
+    ForceRelease,
+    HolderInfo,
+    HoldersPage,
+    ListHolders,
+    ListSessions,
+    ListWaiters,
+    Released,
+    SessionsPage,
+    Subscribe,
+    Subscribed,
+    Unsubscribe,
+    Unsubscribed,
+    WaitersPage,
+)
 from ._ops import MIN_SECONDS, Statement
 
 __all__ = [
@@ -77,10 +93,14 @@ class LostReason(enum.StrEnum):
     EXPIRED = "expired"  # the session was idle longer than its max age
     TTL = "ttl"  # the entry's own time to live ran out
     ENDED = "ended"  # the session was ended (by the server/admin, or another connection)
+    RELEASED = "released"  # an operator force-released the entry (``release`` request)
     # Never sent by a server: a client reports it when it reconnects to a server that is not
     # the instance its session lived on (a restart), so every entry held through the old one
     # is gone (its ``entries`` are then empty: the client does not know them all).
     RESTARTED = "restarted"
+    # Never sent by a server: the client's decoder reports a reason it does not know (a newer
+    # server's) as this; the entries listed are gone all the same.
+    UNKNOWN = "unknown"
 
 
 # --- validators -------------------------------------------------------------------------------
@@ -224,7 +244,20 @@ class Cancel:
     target_id: int = attrs.field(validator=_request_id)
 
 
-Request = Hello | Execute | EndSession | GetStatistics | Ping | Cancel
+Request = (
+    Hello
+    | Execute
+    | EndSession
+    | GetStatistics
+    | Ping
+    | Cancel
+    | ListHolders
+    | ListSessions
+    | ListWaiters
+    | ForceRelease
+    | Subscribe
+    | Unsubscribe
+)
 
 
 # --- replies ----------------------------------------------------------------------------------
@@ -235,13 +268,16 @@ class Welcome:
     """Answer to Hello: the server's version, name, host and limits, and ``instance``: an id
     the server process draws when it starts, so a client that reconnects can tell a restarted
     server (which forgot every session and entry) from the one it was talking to ("" when the
-    server did not send one)."""
+    server did not send one). ``started_at``: the server's wall clock (Unix seconds, UTC) at
+    uptime 0, so ``started_at + uptime`` is the wall-clock time of any uptime the server
+    reports (None when the server did not send it)."""
 
     version: int
     server_name: str
     host: str
     limits: Mapping[str, Any] = attrs.field(factory=dict)
     instance: str = ""
+    started_at: float | None = None
 
 
 @attrs.frozen
@@ -251,7 +287,9 @@ class TransactionResult:
     ``data``: the selected (name, value) pairs in order, kept even when the transaction
     aborted. ``fence``: the revision this transaction committed at when it changed something,
     else the latest revision it observed. ``valid_until``: the server uptime until which the
-    session is guaranteed to live without another call (None when refused).
+    session is guaranteed to live without another call (None when refused). ``holders``:
+    when a statement failed, the entries that made it fail (at most ``MAX_HOLDERS``; empty
+    otherwise).
     """
 
     status: Status
@@ -264,6 +302,7 @@ class TransactionResult:
     data: tuple[tuple[str, Any], ...] = ()
     fence: int = 0
     valid_until: float | None = None
+    holders: tuple[HolderInfo, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -301,7 +340,20 @@ class Cancelled:
     found: bool
 
 
-ReplyBody = Welcome | TransactionResult | SessionEnded | Statistics | Pong | Cancelled
+ReplyBody = (
+    Welcome
+    | TransactionResult
+    | SessionEnded
+    | Statistics
+    | Pong
+    | Cancelled
+    | HoldersPage
+    | SessionsPage
+    | WaitersPage
+    | Released
+    | Subscribed
+    | Unsubscribed
+)
 
 
 @attrs.frozen
@@ -337,5 +389,5 @@ class LockLost:
     entries: tuple[tuple[str, str, str, int], ...] = ()
 
 
-Event = LockLost
-ServerMessage = Reply | ErrorReply | LockLost
+Event = LockLost | FeedEvent
+ServerMessage = Reply | ErrorReply | LockLost | FeedEvent

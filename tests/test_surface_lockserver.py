@@ -238,7 +238,15 @@ ENGINE_CALLS = {
         "authenticated=False)"
     ),
     "LockCore.execute": "(self, owner, request_id, session, tx, wait, now, trust, principal)",
-    "LockCore.end_session": "(self, owner, request_id, session_id, *, now, trust, principal)",
+    "LockCore.end_session": (
+        "(self, owner, request_id, session_id, *, now, trust, principal, admin=False)"
+    ),
+    "LockCore.release": (
+        "(self, owner, request_id, namespace, table, var, session_id, *, now, trust)"
+    ),
+    "LockCore.listing": "(self, owner, request_id, kind, query, *, now, trust, visible=None)",
+    "LockCore.subscribe": "(self, owner, request_id, namespace, table)",
+    "LockCore.unsubscribe": "(self, owner, request_id, target)",
     "LockCore.cancel": "(self, owner, request_id, target, *, now, trust)",
     "LockCore.owner_gone": "(self, owner, *, now, trust)",
     "LockCore.advance": "(self, now, *, trust)",
@@ -248,6 +256,7 @@ ENGINE_CALLS = {
     "Engine": "(*, started_at, host='', fence_epoch=0, limits=None, track_changes=False)",
     "Engine.execute": "(self, session, tx, *, now, trust=1.0)",
     "Engine.end_session": "(self, session_id, *, now, notify=False)",
+    "Engine.force_release": "(self, ns, table, var, session_id, *, now)",
     "Engine.sweep": "(self, now)",
     "Engine.next_deadline": "(self)",
     "Engine.statistics": "(self, now)",

@@ -44,6 +44,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from client._core import SessionState
 from client._errors import LockClientError
+from client._inspect import describe_holders
 from client._result import Result
 from protocol import (
     Abort,
@@ -51,6 +52,7 @@ from protocol import (
     Cause,
     DeleteVar,
     Exists,
+    HolderInfo,
     LockLost,
     LostReason,
     SelectOperatorValue,
@@ -105,6 +107,8 @@ class NotAcquired(LockClientError):
 
     def __init__(self, lock: object, result: Result | None) -> None:
         detail = "" if result is None else f": {result!r}"
+        if result is not None and result.holders:
+            detail += f" ({describe_holders(result.holders)})"
         super().__init__(f"{lock!r} was not acquired{detail}")
         self.lock = lock
         self.result = result
@@ -378,8 +382,29 @@ class LockCore(Generic[S]):
             and (plan.deadline is None or now < plan.deadline)
         ):
             return None
+        if result.holders:
+            log.info("%r not acquired: %s", self, describe_holders(result.holders))
         self._abandon_acquire()
         return False
+
+    @property
+    def holders(self) -> tuple[HolderInfo, ...]:
+        """Who held the lock when the last acquire failed on it (``acquire(blocking=False)``
+        returned False, or a timeout ran out): the server's records of the entries in the
+        way (session, its description, ``acquired_at`` wall clock, fence...). Empty after a
+        grant, and when the failure named nobody (e.g. a refused reliability contract)."""
+        result = self.last_result
+        return () if result is None or result.ok else result.holders
+
+    def _wall_clock(self, uptime: float | None) -> float | None:
+        """A server uptime as wall-clock Unix seconds (UTC), from the server's Welcome
+        (``started_at``); None when it is None or the server does not say."""
+        client = getattr(self.session, "client", None)
+        welcome = getattr(client, "welcome", None)
+        started_at = getattr(welcome, "started_at", None)
+        if uptime is None or started_at is None:
+            return None
+        return float(started_at) + uptime
 
     def _abandon_acquire(self) -> None:
         """The acquire ended without a grant (refused, timed out, failed, cancelled)."""

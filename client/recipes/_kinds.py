@@ -208,7 +208,7 @@ class _KindInit(LockCore[S]):
 
 class MutexKind(_KindInit[S]):
     """An exclusive lock with the holder's ticket as its value, an optional time to live, and
-    ``acquired_at`` (server uptime of the grant)."""
+    ``acquired_at`` / ``expires_at`` (wall-clock times of the grant and its TTL's end)."""
 
     KIND = "mutex"
 
@@ -235,13 +235,17 @@ class MutexKind(_KindInit[S]):
 
     @property
     def acquired_at(self) -> float | None:
-        """Server uptime (s) at which the current grant was made, from its entry record."""
-        return self._acquired_at
+        """When the current grant was made: wall-clock Unix seconds (UTC), the server's clock
+        (its wall clock at start plus its uptime then). None when not held, or when the
+        server does not send its start time. For safety arithmetic use ``valid_for()``,
+        which compares no clocks."""
+        return self._wall_clock(self._acquired_at)
 
     @property
     def expires_at(self) -> float | None:
-        """Server uptime (s) at which the grant's TTL ends (None without a TTL)."""
-        return self._expires_at
+        """When the grant's TTL ends, wall-clock Unix seconds (UTC) like ``acquired_at``
+        (None without a TTL)."""
+        return self._wall_clock(self._expires_at)
 
     def _variables(self) -> Sequence[tuple[str, str]]:
         return ((MUTEX_TABLE, self.name),)

@@ -4,6 +4,8 @@
 from ._core import CoreStatistics as CoreStatistics
 from ._core import LockCore as LockCore
 from ._core import Output as Output
+from ._core import SessionsListing as SessionsListing
+from ._core import Visibility as Visibility
 from ._engine import Engine as Engine
 from ._engine import EngineLimits as EngineLimits
 from ._engine import EngineStatistics as EngineStatistics
@@ -16,6 +18,8 @@ from ._waiting import WaitStatistics as WaitStatistics
 from ._waiting import dependencies as dependencies
 
 __all__ = [
+    "SessionsListing",
+    "Visibility",
     "CoreStatistics",
     "Engine",
     "EngineError",

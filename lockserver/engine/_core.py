@@ -15,7 +15,13 @@ Addresses are ``(owner, request_id)`` for answers and ``(owner, None)`` for even
 - :class:`~protocol.SessionEnded`, :class:`~protocol.Cancelled` -- answers of ``end`` and
   ``cancel``;
 - :class:`~protocol.LockLost` -- an event, addressed to every owner that used the session
-  (with ``authenticated``, only owners of the principal that owned the session).
+  (with ``authenticated``, only owners of the principal that owned the session);
+- :class:`~protocol.HoldersPage`, :class:`SessionsListing` (a sessions page and the owners
+  that used each session: the shell names them), :class:`~protocol.WaitersPage`,
+  :class:`~protocol.Released`, :class:`~protocol.Subscribed`, :class:`~protocol.Unsubscribed`
+  -- answers of the operator's requests;
+- :class:`~protocol.FeedEvent` -- a change-feed event, addressed to each subscribed owner
+  (its ``dropped`` is the shell's to fill: the door never drops).
 
 Rules kept:
 
@@ -29,9 +35,17 @@ Rules kept:
 - **Answers are values**: no call raises once something has been decided (the wait queue's
   rule); a bug in one transaction is that request's ``INTERNAL_ERROR``.
 - **Ownership** (``authenticated``): the first principal to use a session owns it (the
-  engine's session tag, which ends with the session); another principal's ``execute`` or
-  ``end`` on it is refused with ``SESSION_CONFLICT``. Which namespaces a principal may use is
-  the shell's check (configuration, not lock state).
+  engine's session tag, which ends with the session); another principal's ``execute`` on it
+  is refused with ``SESSION_CONFLICT``, its ``end`` with ``FORBIDDEN`` unless the shell says
+  the principal is an admin. Which namespaces a principal may use, and who is an admin, are
+  the shell's checks (configuration, not lock state); listings take what the principal may
+  see as a ``Visibility`` value.
+- **Times people read** (listings, denials, feed events) are wall-clock seconds: engine time
+  plus the offset the shell measured once at start (``fence_epoch``). No clock is read.
+- **The feed**: the engine logs every change of an entry in a subscribed namespace (grants,
+  releases, expiries, force-releases, ends); each call turns what it logged into events,
+  after its other outputs. Nothing is logged while nobody subscribes (one ``is None`` test
+  per committing transaction).
 
 Cost on the hot path (an ``execute`` answered at once, nothing lost): one wait-queue submit,
 one list, one membership test for the session's routing.
@@ -47,24 +61,69 @@ import attrs
 from protocol import (
     Cancelled,
     ErrorCode,
+    FeedEvent,
+    HoldersPage,
+    ListQuery,
     LockLost,
     LostReason,
+    Released,
     SessionEnded,
+    SessionsPage,
     SessionSpec,
+    Subscribed,
     Transaction,
     TransactionResult,
+    Unsubscribed,
+    WaitersPage,
 )
 
 from ._engine import Engine, EngineLimits, EngineStatistics
+from ._inspect import LISTINGS as _LISTINGS
+from ._inspect import Visibility
 from ._sharded import ShardedDict
 from ._store import EngineError
 from ._waiting import WaitLimits, WaitQueue, WaitStatistics
 
-__all__ = ["Address", "CoreStatistics", "LockCore", "Output", "Payload"]
+__all__ = [
+    "MAX_SUBSCRIPTIONS",
+    "Address",
+    "CoreStatistics",
+    "LockCore",
+    "Output",
+    "Payload",
+    "SessionsListing",
+    "Visibility",
+]
+
+#: Most feed subscriptions one owner (connection) may hold at once.
+MAX_SUBSCRIPTIONS: Final = 64
+
+
+@attrs.frozen
+class SessionsListing:
+    """A sessions page as the door answers it: ``owners[i]`` are the owners (connections)
+    that used ``page.sessions[i]``, whose addresses the shell fills in as its ``clients``."""
+
+    page: SessionsPage
+    owners: tuple[tuple[Hashable, ...], ...]
+
 
 #: Where an output goes: (owner, request id) for an answer, (owner, None) for an event.
 Address = tuple[Hashable, int | None]
-Payload = TransactionResult | EngineError | SessionEnded | Cancelled | LockLost
+Payload = (
+    TransactionResult
+    | EngineError
+    | SessionEnded
+    | Cancelled
+    | LockLost
+    | HoldersPage
+    | SessionsListing
+    | WaitersPage
+    | Released
+    | Subscribed
+    | Unsubscribed
+    | FeedEvent
+)
 Output = tuple[Address, Payload]
 
 _NOT_ENDED: Final = SessionEnded(False)
@@ -101,7 +160,16 @@ class LockCore:
     (see the module docstring).
     """
 
-    __slots__ = ("_authenticated", "_owners", "_routes", "engine", "waits")
+    __slots__ = (
+        "_authenticated",
+        "_by_namespace",
+        "_owners",
+        "_routes",
+        "_run",
+        "_subscriptions",
+        "engine",
+        "waits",
+    )
 
     def __init__(
         self,
@@ -121,6 +189,12 @@ class LockCore:
         # session id -> owners that used it (as many as the sessions: sharded like them)
         self._routes: ShardedDict[dict[Hashable, None]] = ShardedDict()
         self._owners: dict[Hashable, _Owner] = {}
+        # Cursors name the run that made them: this core's fence epoch (the start, in µs).
+        self._run = fence_epoch
+        # Feed subscriptions: owner -> {subscription id: (namespace, table or None)}, and
+        # namespace -> {(owner, subscription id): table or None}, both in subscribe order.
+        self._subscriptions: dict[Hashable, dict[int, tuple[str, str | None]]] = {}
+        self._by_namespace: dict[str, dict[tuple[Hashable, int], str | None]] = {}
 
     # --- requests -----------------------------------------------------------------------------
 
@@ -172,6 +246,8 @@ class LockCore:
             self._use(owner, sid, principal)
         if authenticated:
             engine.tag_session(sid, principal)  # the first principal owns it
+        if engine.feed_log:
+            answers += self._publish()
         return answers
 
     def end_session(
@@ -183,29 +259,147 @@ class LockCore:
         now: float,
         trust: float,
         principal: str,
+        admin: bool = False,
     ) -> list[Output]:
         """End a session: its entries go, its other owners get a ``LockLost(ENDED)`` event,
         waiters it let run are answered, then ``owner`` gets ``SessionEnded`` (False: there
         was no such session). What was due by ``now`` expires first, so a session whose max
-        age had passed is lost by every owner that used it, ``owner`` included."""
+        age had passed is lost by every owner that used it, ``owner`` included. With
+        ``authenticated``, another principal's session is ended only for an ``admin``
+        (FORBIDDEN otherwise)."""
         engine = self.engine
         engine.sweep(now)
         out: list[Output] = []
         self._route_lost(out)
-        if self._authenticated:
+        if self._authenticated and not admin:
             conflict = self._conflict(session_id, principal, now)
             if conflict is not None:
-                out += self._refuse(owner, request_id, conflict, now, trust)
+                refusal = EngineError(
+                    ErrorCode.FORBIDDEN,
+                    f"end: session {session_id!r} belongs to another principal; ending it "
+                    "needs an admin token",
+                )
+                out += self._refuse(owner, request_id, refusal, now, trust)
                 return out
         routes = self._routes.get(session_id)
-        # Tell the session's other owners; the one ending it gets SessionEnded instead.
-        notify = routes is not None and any(o != owner for o in routes)
+        # Tell the session's other owners; the one ending it gets SessionEnded instead. With
+        # subscribers the loss is always queued (the feed reports it; nobody else hears it).
+        notify = engine.feed_log is not None or (
+            routes is not None and any(o != owner for o in routes)
+        )
         if routes is not None and owner in routes:
             self._unuse(owner, session_id, routes)
         existed = engine.end_session(session_id, now=now, notify=notify)
         self._settle(out, now, trust)
         out.append(((owner, request_id), _ENDED if existed else _NOT_ENDED))
         return out
+
+    def release(
+        self,
+        owner: Hashable,
+        request_id: int,
+        namespace: str,
+        table: str,
+        var: str,
+        session_id: str | None,
+        *,
+        now: float,
+        trust: float,
+    ) -> list[Output]:
+        """Force-release: remove the entries of one variable (only ``session_id``'s when
+        given). What was due by ``now`` expires first; the waiters it lets run are answered;
+        each holder's owners get ``LockLost(RELEASED)`` (their session lives on); then
+        ``owner`` gets ``Released`` (how many entries went, the fence). Who may ask is the
+        shell's check (an admin token)."""
+        engine = self.engine
+        engine.sweep(now)
+        out: list[Output] = []
+        self._route_lost(out)
+        removed = engine.force_release(namespace, table, var, session_id, now=now)
+        released = Released(removed, engine.fence)  # before waiters' grants move it on
+        self._settle(out, now, trust)
+        out.append(((owner, request_id), released))
+        return out
+
+    # --- the operator's reads -----------------------------------------------------------------
+
+    def listing(
+        self,
+        owner: Hashable,
+        request_id: int,
+        kind: str,
+        query: ListQuery,
+        *,
+        now: float,
+        trust: float,
+        visible: Visibility | None = None,
+    ) -> list[Output]:
+        """A page of the listing ``kind`` matching ``query``, as of ``now`` (what was due
+        expires first): ``"holders"`` (a HoldersPage), ``"sessions"`` (a
+        :class:`SessionsListing`: the page and the owners that used each session) or
+        ``"waiters"`` (a WaitersPage, oldest first). With ``visible`` (a principal's view),
+        only the namespaces it allows (sessions: also its own). A bad cursor is refused
+        (INVALID_MESSAGE naming why); an unknown ``kind`` is a KeyError (the shell's bug)."""
+        read = _LISTINGS[kind]
+        out = self._expired(now, trust)
+        try:
+            page = read(self.engine, self.waits, query, visible, self._run)
+        except EngineError as exc:
+            out.append(((owner, request_id), exc))
+            return out
+        if type(page) is SessionsPage:
+            routes = self._routes
+            owners = tuple(tuple(routes.get(r.session) or ()) for r in page.sessions)
+            out.append(((owner, request_id), SessionsListing(page, owners)))
+        else:
+            out.append(((owner, request_id), page))
+        return out
+
+    # --- the change feed ----------------------------------------------------------------------
+
+    def subscribe(
+        self, owner: Hashable, request_id: int, namespace: str, table: str | None
+    ) -> list[Output]:
+        """Subscribe ``owner`` to the changes of ``namespace`` (of one ``table`` when given),
+        as subscription ``request_id``. Refused (TOO_LARGE) past ``MAX_SUBSCRIPTIONS`` per
+        owner, and (DUPLICATE_REQUEST_ID) when the id names a live subscription."""
+        mine = self._subscriptions.get(owner)
+        if mine is not None and request_id in mine:
+            return [
+                (
+                    (owner, request_id),
+                    EngineError(
+                        ErrorCode.DUPLICATE_REQUEST_ID,
+                        f"subscribe: subscription {request_id} of this connection is live",
+                    ),
+                )
+            ]
+        if mine is not None and len(mine) >= MAX_SUBSCRIPTIONS:
+            return [
+                (
+                    (owner, request_id),
+                    EngineError(
+                        ErrorCode.TOO_LARGE,
+                        f"subscribe: this connection has {len(mine)} subscriptions, the "
+                        f"limit (MAX_SUBSCRIPTIONS={MAX_SUBSCRIPTIONS})",
+                    ),
+                )
+            ]
+        if mine is None:
+            mine = self._subscriptions[owner] = {}
+        mine[request_id] = (namespace, table)
+        self._by_namespace.setdefault(namespace, {})[owner, request_id] = table
+        engine = self.engine
+        engine.feed_namespaces[namespace] = engine.feed_namespaces.get(namespace, 0) + 1
+        if engine.feed_log is None:
+            engine.feed_log = []
+        return [((owner, request_id), Subscribed(request_id))]
+
+    def unsubscribe(self, owner: Hashable, request_id: int, target: int) -> list[Output]:
+        """End ``owner``'s subscription ``target``; ``Unsubscribed(False)`` when it has none
+        of that id."""
+        found = self._drop_subscription(owner, target)
+        return [((owner, request_id), Unsubscribed(found))]
 
     def cancel(
         self, owner: Hashable, request_id: int, target: int, *, now: float, trust: float
@@ -219,12 +413,17 @@ class LockCore:
         out: list[Output] = [((owner, target), last), ((owner, request_id), _CANCELLED)]
         out += self.waits.process(now=now, trust=trust)  # type: ignore[arg-type]
         self._route_lost(out)
+        if self.engine.feed_log:
+            out += self._publish()
         return out
 
     def owner_gone(self, owner: Hashable, *, now: float, trust: float) -> list[Output]:
         """``owner`` is gone (its connection closed): its parked requests are dropped
         unanswered, its routes forgotten; waiters its requests held back run now. Sessions
         outlive their owners: a client that reconnects keeps its session."""
+        if owner in self._subscriptions:
+            for sub in list(self._subscriptions[owner]):
+                self._drop_subscription(owner, sub)
         record = self._owners.pop(owner, None)
         if record is not None:
             routes_by_session = self._routes
@@ -238,6 +437,8 @@ class LockCore:
         if self.waits.cancel_owner(owner):
             out += self.waits.process(now=now, trust=trust)  # type: ignore[arg-type]
         self._route_lost(out)
+        if self.engine.feed_log:
+            out += self._publish()
         return out
 
     # --- time ---------------------------------------------------------------------------------
@@ -284,10 +485,73 @@ class LockCore:
 
     def _settle(self, out: list[Output], now: float, trust: float) -> None:
         """After a call that may have expired or freed something: the waiters that can run
-        now are answered, then the losses are routed (appended to ``out``)."""
+        now are answered, then the losses are routed, then the feed's events (appended to
+        ``out``)."""
         if len(self.waits):
             out += self.waits.process(now=now, trust=trust)  # type: ignore[arg-type]
         self._route_lost(out)
+        if self.engine.feed_log:
+            out += self._publish()
+
+    def _expired(self, now: float, trust: float) -> list[Output]:
+        """What expiring everything due by ``now`` causes (before a read that must not show
+        what is gone)."""
+        out: list[Output] = []
+        if self.engine.expiry_due(now):
+            self.engine.sweep(now)
+            self._settle(out, now, trust)
+        return out
+
+    def _drop_subscription(self, owner: Hashable, sub: int) -> bool:
+        mine = self._subscriptions.get(owner)
+        if mine is None or sub not in mine:
+            return False
+        namespace, _ = mine.pop(sub)
+        if not mine:
+            del self._subscriptions[owner]
+        subs = self._by_namespace[namespace]
+        del subs[owner, sub]
+        if not subs:
+            del self._by_namespace[namespace]
+        engine = self.engine
+        left = engine.feed_namespaces[namespace] - 1
+        if left:
+            engine.feed_namespaces[namespace] = left
+        else:
+            del engine.feed_namespaces[namespace]
+            if not engine.feed_namespaces:
+                engine.feed_log = None
+        return True
+
+    def _publish(self) -> list[Output]:
+        """The feed events of what the engine logged since the last call, for every
+        subscription of its namespace (and table), in log then subscribe order."""
+        engine = self.engine
+        log = engine.feed_log
+        assert log is not None
+        engine.feed_log = []
+        offset = engine.store.wall_offset
+        by_namespace = self._by_namespace
+        out: list[Output] = []
+        for kind, ns, table, var, sid, fence, at, reason in log:
+            subs = by_namespace.get(ns)
+            if subs is None:
+                continue
+            for (owner, sub), only in subs.items():
+                if only is None or only == table:
+                    event = FeedEvent(
+                        sub,
+                        kind,
+                        ns,
+                        table,
+                        var,
+                        sid,
+                        fence,
+                        at + offset,
+                        None if reason is None else str(reason),
+                    )
+                    out.append(((owner, None), event))
+        return out
 
     def _refuse(
         self, owner: Hashable, request_id: int, refusal: EngineError, now: float, trust: float
@@ -347,7 +611,7 @@ class LockCore:
                 if authenticated and tag is not None and owners[owner].principal != tag:
                     continue  # never another principal's loss
                 out.append(((owner, None), event))
-            if event.reason is not LostReason.TTL:
+            if event.reason is LostReason.EXPIRED or event.reason is LostReason.ENDED:
                 del routes_by_session[sid]
                 for owner in routes:
                     owners[owner].sessions.pop(sid, None)

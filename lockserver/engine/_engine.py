@@ -48,6 +48,7 @@ import attrs
 from protocol import (
     Cause,
     ErrorCode,
+    FeedKind,
     LockLost,
     LostReason,
     SessionSpec,
@@ -58,7 +59,8 @@ from protocol import (
 )
 
 from ._deadlines import Deadlines
-from ._eval import TxContext
+from ._eval import REPLY_DATA_LIMIT, TxContext
+from ._inspect import denial_holders, holders_size
 from ._sharded import ShardedDict
 from ._store import (
     S_DESC,
@@ -89,6 +91,7 @@ __all__ = [
     "Engine",
     "EngineLimits",
     "EngineStatistics",
+    "FeedRecord",
 ]
 
 #: Results of transactions with an id remembered per session for idempotent retries.
@@ -143,6 +146,10 @@ class EngineStatistics:
         return attrs.asdict(self)
 
 
+#: What a denial's holder records may take of a reply: the room REPLY_DATA_LIMIT leaves for
+#: the other fields, less 4 KiB for them, plus what the selected data does not use.
+_HOLDERS_ROOM = REPLY_DATA_LIMIT + 12 * 1024
+
 # Outcome names of EngineStatistics.by_outcome; counted by name (a str key hashes faster than
 # a (Status, Cause) tuple on the hot path).
 _OK = "TransactionOK"
@@ -192,6 +199,11 @@ class Engine:
         # Lost events with the tag their session had (the principal that owned it): the
         # shell routes them when this is not empty (a plain list: checked per request).
         self.lost_queue: list[tuple[LockLost, str | None]] = []
+        # The change feed (the door turns these into events for its subscribers): None while
+        # nobody subscribes; then every change of an entry in a namespace of
+        # ``feed_namespaces`` is appended as a FeedRecord. A commit pays one ``is None`` test.
+        self.feed_log: list[FeedRecord] | None = None
+        self.feed_namespaces: dict[str, int] = {}
         self._outcomes: dict[str, int] = {_OK: 0, _FAILED: 0, _REFUSED: 0}
         self._sessions_expired = 0
         self._entries_expired = 0
@@ -342,6 +354,16 @@ class Engine:
                 s.last_touch = previous_touch
             raise
         if failed is not None:
+            # Who made it fail, as the statement saw it (before the rollback): the denial
+            # path only, a grant pays nothing for it.
+            holders = denial_holders(
+                self,
+                statements[int(failed[: failed.index(":")])],
+                tx.namespace,
+                s.session_id,
+                ctx.fence,
+                _HOLDERS_ROOM - ctx.data_bytes,
+            )
             ctx.rollback()
             self._outcomes[_FAILED] += 1
             result = TransactionResult(
@@ -355,6 +377,7 @@ class Engine:
                 tuple(ctx.data),
                 self.fence,
                 valid_until,
+                holders,
             )
             if tid:
                 self._remember(s, tx, result)
@@ -369,6 +392,8 @@ class Engine:
                 self.store.namespaces.pop(ns, None)
             if self.store.track_changes:
                 self.store.changed.update((ns, t, v) for t, v in ctx.snapshots)
+            if self.feed_log is not None and ns in self.feed_namespaces:
+                self._log_commit(ns, s.session_id, ctx.snapshots, now)
         self._outcomes[_OK] += 1
         result = TransactionResult(
             Status.TRANSACTION_OK,
@@ -393,8 +418,39 @@ class Engine:
         s = self.sessions.get(session_id)
         if s is None:
             return False
-        self._drop_session(s, LostReason.ENDED if notify else None)
+        self._drop_session(s, LostReason.ENDED if notify else None, now)
         return True
+
+    def force_release(
+        self, ns: str, table: str, var: str, session_id: str | None, *, now: float
+    ) -> int:
+        """Remove the entries of ``ns``/``table``/``var`` (only ``session_id``'s when given)
+        as of ``now``: each holder's loss is queued (``LostReason.RELEASED``), the variable
+        counts as changed for waiters, and the fence advances once when anything went.
+        Returns how many entries went."""
+        self._expire(now)
+        tables = self.store.namespaces.get(ns)
+        slot = find_slot(tables, table, var)
+        if slot is None:
+            return 0
+        assert tables is not None  # (it holds slot)
+        victims = [
+            (e[S_OWNER], e[S_FENCE], e[S_EXPIRES])
+            for e in as_entries(slot)
+            if session_id is None or e[S_OWNER] == session_id
+        ]
+        for sid, fence, expires in victims:
+            if expires is not None:
+                self._ttls_due.discard((ns, table, var, sid), expires)
+            self._remove_entry(ns, table, var, sid, fence, expires)
+            s = self.sessions[sid]
+            self.lost_queue.append(
+                (LockLost(sid, LostReason.RELEASED, ((ns, table, var, fence),)), s.tag)
+            )
+            self._feed(FeedKind.LOST, ns, table, var, sid, fence, now, LostReason.RELEASED)
+        if victims:
+            self.fence += 1
+        return len(victims)
 
     def sweep(self, now: float) -> int:
         """Expire every session and entry due by ``now``; return how many were removed."""
@@ -511,6 +567,8 @@ class Engine:
             if old is not None:
                 self._unremember(s, old[2])
         size = data_size(result.data) if result.data else 0
+        if result.holders:  # a denial's records count like its data
+            size += holders_size(result.holders)
         if size > RETRY_BYTES or self.store.stored + size > self.store.max_store_bytes:
             memory[tid] = (tx, result, -1)
         else:
@@ -566,7 +624,7 @@ class Engine:
                     continue
                 removed += s.held
                 self._sessions_expired += 1
-                self._drop_session(s, LostReason.EXPIRED)
+                self._drop_session(s, LostReason.EXPIRED, now)
             else:
                 expires, _, ns, table, var, sid, fence = ttls.pop()
                 if self._remove_entry(ns, table, var, sid, fence, expires):
@@ -576,11 +634,12 @@ class Engine:
                     self.lost_queue.append(
                         (LockLost(sid, LostReason.TTL, ((ns, table, var, fence),)), tag)
                     )
+                    self._feed(FeedKind.EXPIRED, ns, table, var, sid, fence, now, LostReason.TTL)
         self._next_expiry = min(sessions.next_time(), ttls.next_time())
         return removed
 
     def _remove_entry(
-        self, ns: str, table: str, var: str, sid: str, fence: int, expires: float
+        self, ns: str, table: str, var: str, sid: str, fence: int, expires: float | None
     ) -> bool:
         """Remove ``sid``'s entry of a variable if it is still the one queued to expire at
         ``expires``: same fence (not replaced by a later transaction) and same expiry (not
@@ -634,7 +693,7 @@ class Engine:
         if self.store.track_changes:
             self.store.changed.add((ns, table, var))
 
-    def _drop_session(self, s: SessionRecord, reason: LostReason | None) -> None:
+    def _drop_session(self, s: SessionRecord, reason: LostReason | None, now: float) -> None:
         s.ended = True
         del self.sessions[s.session_id]
         if self.store.track_changes:
@@ -660,6 +719,18 @@ class Engine:
                         i += 1
                     e = entries[i]
                 lost.append((ns, table, var, e[S_FENCE]))
+                if self.feed_log is not None and ns in self.feed_namespaces:
+                    expired = reason is LostReason.EXPIRED
+                    self._feed(
+                        FeedKind.EXPIRED if expired else FeedKind.KILLED,
+                        ns,
+                        table,
+                        var,
+                        sid,
+                        e[S_FENCE],
+                        now,
+                        LostReason.EXPIRED if expired else LostReason.ENDED,
+                    )
                 freed += entry_cost(table, var, e[S_VALUE], e[S_DESC])
                 if e[S_EXPIRES] is not None:
                     ttls.discard((ns, table, var, sid), e[S_EXPIRES])
@@ -672,6 +743,47 @@ class Engine:
         s.retry_bytes = 0
         if reason is not None:
             self.lost_queue.append((LockLost(sid, reason, tuple(lost)), s.tag))
+
+    def _feed(
+        self,
+        kind: FeedKind,
+        ns: str,
+        table: str,
+        var: str,
+        sid: str,
+        fence: int,
+        now: float,
+        reason: LostReason | None,
+    ) -> None:
+        """Log one change for the feed when somebody subscribes to its namespace."""
+        log = self.feed_log
+        if log is not None and ns in self.feed_namespaces:
+            log.append((kind, ns, table, var, sid, fence, now, reason))
+
+    def _log_commit(
+        self, ns: str, sid: str, snapshots: dict[tuple[str, str], Slot | None], now: float
+    ) -> None:
+        """Log what a committed transaction of ``sid`` did to each variable it changed: its
+        entry set (granted, at the new fence) or removed (released, at the entry's fence)."""
+        tables = self.store.namespaces.get(ns)
+        for (table, var), before in snapshots.items():
+            after = find_slot(tables, table, var)
+            mine = None
+            if after is not None:
+                for e in as_entries(after):
+                    if e[S_OWNER] == sid:
+                        mine = e
+                        break
+            if mine is not None and mine[S_FENCE] == self.fence:
+                self._feed(FeedKind.GRANTED, ns, table, var, sid, self.fence, now, None)
+            elif mine is None and before is not None:
+                for e in as_entries(before):
+                    if e[S_OWNER] == sid:
+                        self._feed(FeedKind.RELEASED, ns, table, var, sid, e[S_FENCE], now, None)
+
+
+#: One logged change: (kind, namespace, table, var, session, fence, engine time, lost reason).
+FeedRecord = tuple[FeedKind, str, str, str, str, int, float, LostReason | None]
 
 
 def _forgotten_data(tid: str, result: TransactionResult) -> EngineError:

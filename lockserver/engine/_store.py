@@ -212,6 +212,7 @@ class SessionRecord:
 
     __slots__ = (
         "cost",
+        "created",
         "description",
         "ended",
         "held",
@@ -231,6 +232,7 @@ class SessionRecord:
         self.description = spec.description
         self.max_age = spec.max_age
         self.last_touch = now
+        self.created = now
         self.queued = now + spec.max_age  # the deadline it is queued at (moves lazily)
         # what it counts in the store budget, its retry memory's data apart
         self.cost = SESSION_BASE + text_len(spec.session_id) + text_len(spec.description)
@@ -276,6 +278,8 @@ class Store:
         # Unix time (s) at started_at: period windows (SetVar period=) align on the wall
         # clock, like the seed's floor(now/period).
         self.wall_at_start = wall_at_start
+        # Engine time + wall_offset = wall-clock seconds (what records show people).
+        self.wall_offset = wall_at_start - started_at
         self.namespaces: dict[str, dict[str, Table]] = {}
         self.entry_count = 0
         self.table_count = 0

@@ -612,6 +612,18 @@ class WaitQueue:
         """Tokens of the waiters of one variable, oldest first (for tests and statistics)."""
         return [w.token for _, w in sorted(self._by_key.get(key, {}).items())]
 
+    def in_order(self) -> list[Any]:
+        """Every parked transaction (its waiter record), oldest first (for listings)."""
+        return list(self._by_token.values())
+
+    def position(self, waiter: Any, key: Key) -> int:
+        """How many waiters of ``key`` arrived before ``waiter`` (0: it is the oldest)."""
+        return list(self._by_key.get(key, {})).index(waiter.seq)
+
+    def parked_count(self, session_id: str) -> int:
+        """How many transactions of a session are parked."""
+        return len(self._by_session.get(session_id, ()))
+
     def statistics(self) -> WaitStatistics:
         """Counts and the wait-time histogram."""
         labels = [f"{b:g}" for b in _BUCKETS] + ["+inf"]

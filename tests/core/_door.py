@@ -14,6 +14,7 @@ from protocol import (
     Assert,
     DeleteVar,
     Exists,
+    ListQuery,
     LockLost,
     LostReason,
     Not,
@@ -112,11 +113,64 @@ class Door:
         )
 
     def end_session(
-        self, owner: Hashable, rid: int, session_id: str, *, now: float, principal: str = ""
+        self,
+        owner: Hashable,
+        rid: int,
+        session_id: str,
+        *,
+        now: float,
+        principal: str = "",
+        admin: bool = False,
     ) -> list[Output]:
         return self._check(
-            self.core.end_session(owner, rid, session_id, now=now, trust=1.0, principal=principal)
+            self.core.end_session(
+                owner, rid, session_id, now=now, trust=1.0, principal=principal, admin=admin
+            )
         )
+
+    def release(
+        self,
+        owner: Hashable,
+        rid: int,
+        table: str,
+        var: str,
+        session_id: str | None = None,
+        *,
+        now: float,
+        namespace: str = NS,
+    ) -> list[Output]:
+        return self._check(
+            self.core.release(owner, rid, namespace, table, var, session_id, now=now, trust=1.0)
+        )
+
+    def holders(
+        self, owner: Hashable, rid: int, query: ListQuery, *, now: float, visible: Any = None
+    ) -> list[Output]:
+        return self._check(
+            self.core.listing(owner, rid, "holders", query, now=now, trust=1.0, visible=visible)
+        )
+
+    def sessions(
+        self, owner: Hashable, rid: int, query: ListQuery, *, now: float, visible: Any = None
+    ) -> list[Output]:
+        return self._check(
+            self.core.listing(owner, rid, "sessions", query, now=now, trust=1.0, visible=visible)
+        )
+
+    def waiters(
+        self, owner: Hashable, rid: int, query: ListQuery, *, now: float, visible: Any = None
+    ) -> list[Output]:
+        return self._check(
+            self.core.listing(owner, rid, "waiters", query, now=now, trust=1.0, visible=visible)
+        )
+
+    def subscribe(
+        self, owner: Hashable, rid: int, namespace: str = NS, table: str | None = None
+    ) -> list[Output]:
+        return self._check(self.core.subscribe(owner, rid, namespace, table))
+
+    def unsubscribe(self, owner: Hashable, rid: int, target: int) -> list[Output]:
+        return self._check(self.core.unsubscribe(owner, rid, target))
 
     def cancel(self, owner: Hashable, rid: int, target: int, *, now: float) -> list[Output]:
         return self._check(self.core.cancel(owner, rid, target, now=now, trust=1.0))

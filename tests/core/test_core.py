@@ -443,13 +443,14 @@ def test_another_principals_execute_on_an_owned_session_is_refused_and_changes_n
 
 
 def test_another_principals_end_of_an_owned_session_is_refused_and_changes_nothing() -> None:
-    """With ``authenticated``, another principal's end of an owned session is answered
-    SESSION_CONFLICT: the session and its entries stay; its owner can still end it."""
+    """With ``authenticated``, another (non-admin) principal's end of an owned session is
+    answered FORBIDDEN (issue 16): the session and its entries stay; its owner can still end
+    it."""
     d = Door(authenticated=True)
     d.execute("A", 1, "sX", acquire(), now=START, principal="p1")
     address, payload = only(d.end_session("B", 1, "sX", now=START + 1, principal="p2"))
     assert address == ("B", 1)
-    assert refusal(payload).code is ErrorCode.SESSION_CONFLICT
+    assert refusal(payload).code is ErrorCode.FORBIDDEN
     assert "sX" in d.core.engine.sessions
     assert d.core.engine.entry_count == 1
     assert d.end_session("A", 2, "sX", now=START + 1, principal="p1") == [

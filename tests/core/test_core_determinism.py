@@ -4,10 +4,13 @@ Replication applies one log of calls on every replica through this door, so an o
 depended on set order, object identity or a hash would split the replicas.
 
 Hypothesis draws a sequence of door calls over a few owners, sessions (random max ages) and
-variables: mutex acquires (some with ``wait``, some with a TTL) and releases, ends, cancels
-of earlier request ids, owners going away (and coming back as new connections), advances and
-statistics, with ``now`` moving by random steps (0 included, and steps past expiries and
-wait deadlines). Each sequence is replayed into fresh cores built alike:
+variables: mutex acquires (some with ``wait``, some with a TTL) and releases, ends (some as an
+admin), cancels of earlier request ids, owners going away (and coming back as new
+connections), advances and statistics, and the operator's calls (issue 16): force-releases,
+holders / sessions / waiters listings (holders and waiters paged by small limits, following
+their cursors), feed subscriptions and unsubscriptions, with ``now`` moving by random steps
+(0 included, and steps past expiries and wait deadlines). Each sequence is replayed into
+fresh cores built alike:
 
 - twice with string owners: every output and every statistics record is equal;
 - with owner objects whose hash is random and differs between the runs (fresh instances per
@@ -15,7 +18,9 @@ wait deadlines). Each sequence is replayed into fresh cores built alike:
   (a crowded fixed scenario with eight owners catches it every time, the random sequences
   most of the time);
 - across processes with different ``PYTHONHASHSEED`` (string hashes differ, as on two
-  replicas): equal again.
+  replicas): equal again -- except the order of a sessions listing, which is the sessions'
+  hash order (documented): a sessions page is compared as the set of its records there, and
+  the sequences list sessions in one page.
 
 Every replay also checks what a request's life must be, which holds for any sequence:
 answered at most once; ``execute`` without wait, ``end`` and ``cancel`` answered in their own
@@ -38,8 +43,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockserver.engine import EngineError, LockCore
-from protocol import Cancelled, Cause, LockLost, TransactionResult
+from lockserver.engine import EngineError, LockCore, SessionsListing
+from protocol import Cancelled, Cause, FeedEvent, ListQuery, LockLost, TransactionResult
 
 from ._door import START, acquire, release, spec
 
@@ -55,6 +60,7 @@ STEPS = (0.0, 0.0, 0.25, 1.0, 2.5, 6.0, 40.0)  # 6 passes the short max age, 40 
 Call = tuple[float, tuple[Any, ...]]
 
 KINDS = ("exec",) * 7 + ("end", "cancel", "gone", "advance", "advance", "stats")
+KINDS += ("release", "holders", "sessions", "waiters", "sub", "unsub")
 
 
 def _call(
@@ -72,10 +78,12 @@ def _call(
     if kind == "exec":
         return step, (kind, i, sid, max_age, var, is_release, wait, ttl)
     if kind == "end":
-        return step, (kind, i, sid)
-    if kind == "cancel":
+        return step, (kind, i, sid, pick % 2 == 0)
+    if kind in ("cancel", "holders", "waiters", "sub", "unsub"):
         return step, (kind, i, pick)
-    if kind == "gone":
+    if kind == "release":
+        return step, (kind, i, var, sid if pick % 2 else None)
+    if kind in ("gone", "sessions"):
         return step, (kind, i)
     return step, (kind,)
 
@@ -125,9 +133,17 @@ def handles(seed: int) -> Factory:
     return lambda label: Handle(label, rng)
 
 
-def _norm(payload: object) -> object:
+def _norm(payload: object, labels: dict[Hashable, tuple[int, int]]) -> object:
     if isinstance(payload, EngineError):
         return ("EngineError", payload.code, payload.message)
+    if isinstance(payload, SessionsListing):
+        # Owners mapped back by position; the records as a set: their order is hash order.
+        pairs = zip(payload.page.sessions, payload.owners, strict=True)
+        return (
+            "sessions",
+            sorted((repr(r), [labels[o] for o in owners]) for r, owners in pairs),
+            payload.page.cursor is None,
+        )
     return payload  # attrs values: compared by ==
 
 
@@ -145,6 +161,7 @@ def replay(
     gone: set[Hashable] = set()
     answered: set[tuple[Hashable, int]] = set()
     parked: dict[tuple[Hashable, int], None] = {}  # open parked requests, in order
+    subscriptions: dict[Hashable, list[int]] = {}
     record: list[Any] = []
     now = START
 
@@ -185,8 +202,46 @@ def replay(
             o = owner(what[1])
             own = (o, rid_of(o))
             outs = core.end_session(
-                o, own[1], what[2], now=now, trust=1.0, principal=f"p{what[1] % 2}"
+                o,
+                own[1],
+                what[2],
+                now=now,
+                trust=1.0,
+                principal=f"p{what[1] % 2}",
+                admin=len(what) > 3 and what[3],
             )
+        elif kind == "release":
+            o = owner(what[1])
+            own = (o, rid_of(o))
+            outs = core.release(o, own[1], "ns", "L", what[2], what[3], now=now, trust=1.0)
+        elif kind in ("holders", "waiters", "sessions"):
+            o = owner(what[1])
+            outs = []
+            limit = None if kind == "sessions" else 1 + what[2] % 3
+            cursor = None
+            for _ in range(50):  # follow the cursors to the end (a few pages)
+                own = (o, rid_of(o))
+                query = ListQuery(limit=limit, cursor=cursor)
+                page_outs = core.listing(o, own[1], kind, query, now=now, trust=1.0)
+                outs += page_outs
+                assert page_outs[-1][0] == own
+                answered.add(own)
+                page = page_outs[-1][1]
+                cursor = page.page.cursor if kind == "sessions" else page.cursor
+                if cursor is None:
+                    break
+            own = None
+        elif kind == "sub":
+            o = owner(what[1])
+            own = (o, rid_of(o))
+            outs = core.subscribe(o, own[1], "ns", "L" if what[2] % 2 else None)
+            subscriptions.setdefault(o, []).append(own[1])
+        elif kind == "unsub":
+            o = owner(what[1])
+            mine = subscriptions.get(o, [])
+            target = mine[what[2] % len(mine)] if mine else 99
+            own = (o, rid_of(o))
+            outs = core.unsubscribe(o, own[1], target)
         elif kind == "cancel":
             o = owner(what[1])
             mine = [rid for (p, rid) in parked if p is o] + list(range(1, next_rid[o]))
@@ -212,15 +267,19 @@ def replay(
         # --- the life of requests ---
         for (o, rid), _ in outs:
             assert o not in gone, f"output for {labels[o]} after it was gone"
-            if rid is not None:
+            if rid is not None and kind not in ("holders", "waiters", "sessions"):
                 assert (o, rid) not in answered, f"{(labels[o], rid)} answered twice"
                 answered.add((o, rid))
+                parked.pop((o, rid), None)
+            elif rid is not None:
                 parked.pop((o, rid), None)
         if own is not None and own not in answered:
             assert kind == "exec" and what[6], f"{kind} not answered in its call"
             parked[own] = None
         assert len(core.waits) == len(parked)
-        record.append((kind, [((labels[o], rid), _norm(payload)) for (o, rid), payload in outs]))
+        record.append(
+            (kind, [((labels[o], rid), _norm(payload, labels)) for (o, rid), payload in outs])
+        )
     return record
 
 
@@ -248,6 +307,8 @@ def test_the_generator_reaches_the_interesting_cases() -> None:
     that found their target, and refusals (SESSION_CONFLICT)."""
     seen = dict.fromkeys(("granted later", "timed out", "session gone", "lost", "cancelled"), 0)
     seen["refused"] = 0
+    seen["feed"] = 0
+    seen["released"] = 0
     for seed in range(60):
         for kind, outs in replay(random_calls(seed), strings, authenticated=True):
             if kind == "stats":
@@ -263,6 +324,9 @@ def test_the_generator_reaches_the_interesting_cases() -> None:
                 elif isinstance(payload, LockLost):
                     assert rid is None
                     seen["lost"] += 1
+                    seen["released"] += payload.reason == "released"
+                elif isinstance(payload, FeedEvent):
+                    seen["feed"] += 1
                 elif payload == Cancelled(True):
                     seen["cancelled"] += 1
                 elif isinstance(payload, tuple):
@@ -290,16 +354,26 @@ def random_calls(seed: int, n: int = 60) -> list[Call]:
                 rng.choice((None, 0.0, 1.0, 5.0, 60.0)),
                 rng.choice((None, None, 2.0)),
             )
+        elif r < 0.65:
+            what = ("end", i, rng.choice(SESSIONS), rng.random() < 0.5)
         elif r < 0.7:
-            what = ("end", i, rng.choice(SESSIONS))
-        elif r < 0.8:
             what = ("cancel", i, rng.randrange(8))
-        elif r < 0.85:
+        elif r < 0.73:
             what = ("gone", i)
-        elif r < 0.95:
+        elif r < 0.8:
             what = ("advance",)
-        else:
+        elif r < 0.82:
             what = ("stats",)
+        elif r < 0.85:
+            what = ("release", i, rng.choice(VARS), rng.choice((None, *SESSIONS)))
+        elif r < 0.9:
+            what = (rng.choice(("holders", "waiters")), i, rng.randrange(8))
+        elif r < 0.93:
+            what = ("sessions", i)
+        elif r < 0.97:
+            what = ("sub", i, rng.randrange(8))
+        else:
+            what = ("unsub", i, rng.randrange(8))
         calls.append((step, what))
     return calls
 

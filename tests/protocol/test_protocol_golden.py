@@ -31,9 +31,18 @@ from protocol import (
     ErrorReply,
     Execute,
     Exists,
+    FeedEvent,
+    FeedKind,
+    ForceRelease,
     GetStatistics,
     Hello,
+    HolderInfo,
+    HoldersPage,
     If,
+    ListHolders,
+    ListQuery,
+    ListSessions,
+    ListWaiters,
     LockLost,
     LostReason,
     Node,
@@ -41,18 +50,27 @@ from protocol import (
     Or,
     Ping,
     Pong,
+    Released,
     Reply,
     Role,
     SelectConstantValue,
     SelectOperatorValue,
     SelectVarValue,
     SessionEnded,
+    SessionInfo,
+    SessionsPage,
     SessionSpec,
     SetVar,
     Statistics,
     Status,
+    Subscribe,
+    Subscribed,
     Transaction,
     TransactionResult,
+    Unsubscribe,
+    Unsubscribed,
+    WaiterInfo,
+    WaitersPage,
     Waiting,
     Welcome,
     Xor,
@@ -362,7 +380,67 @@ REQUESTS: list[tuple[str, Any, dict[str, Any]]] = [
     ("ping", Ping(8), {"type": "ping", "id": 8}),
     ("ping-max-id", Ping(2**64 - 1), {"type": "ping", "id": 2**64 - 1}),
     ("cancel", Cancel(9, 4), {"type": "cancel", "id": 9, "target": 4}),
+    # the operator's requests (PROTOCOL.md "Inspection")
+    ("holders-all", ListHolders(10), {"type": "holders", "id": 10}),
+    (
+        "holders-filtered",
+        ListHolders(11, ListQuery("ns", "jobs-", "v", "s1", "worker", "Y3Vy", 1000)),
+        {
+            "type": "holders",
+            "id": 11,
+            "namespace": "ns",
+            "table": "jobs-",
+            "var": "v",
+            "session": "s1",
+            "match": "worker",
+            "cursor": "Y3Vy",
+            "limit": 1000,
+        },
+    ),
+    (
+        "sessions",
+        ListSessions(12, ListQuery(match="pid", limit=5)),
+        {"type": "sessions", "id": 12, "match": "pid", "limit": 5},
+    ),
+    (
+        "waiters",
+        ListWaiters(13, ListQuery(namespace="ns")),
+        {"type": "waiters", "id": 13, "namespace": "ns"},
+    ),
+    (
+        "release",
+        ForceRelease(14, "ns", "L", "k"),
+        {"type": "release", "id": 14, "namespace": "ns", "table": "L", "var": "k"},
+    ),
+    (
+        "release-session",
+        ForceRelease(15, "ns", "L", "k", "s1"),
+        {"type": "release", "id": 15, "namespace": "ns", "table": "L", "var": "k", "session": "s1"},
+    ),
+    ("subscribe", Subscribe(16, "ns"), {"type": "subscribe", "id": 16, "namespace": "ns"}),
+    (
+        "subscribe-table",
+        Subscribe(17, "ns", "L"),
+        {"type": "subscribe", "id": 17, "namespace": "ns", "table": "L"},
+    ),
+    ("unsubscribe", Unsubscribe(18, 16), {"type": "unsubscribe", "id": 18, "target": 16}),
 ]
+
+HOLDER = HolderInfo(
+    "ns", "L", "k", "3f2c", "worker-7 pid 4411", "t-1", None, 1795700000.25, None, 17
+)
+HOLDER_WIRE = {
+    "namespace": "ns",
+    "table": "L",
+    "var": "k",
+    "session": "3f2c",
+    "session_description": "worker-7 pid 4411",
+    "value": "t-1",
+    "description": None,
+    "acquired_at": 1795700000.25,
+    "expires_at": None,
+    "fence": 17,
+}
 
 ENTRY_RECORD = {
     "session": "sess-1",
@@ -534,6 +612,129 @@ SERVER_MESSAGES: list[tuple[str, Any, dict[str, Any]]] = [
         LockLost("s", LostReason.ENDED),
         {"type": "lost", "session": "s", "reason": "ended", "entries": []},
     ),
+    (
+        "lost-released",
+        LockLost("s", LostReason.RELEASED, (("ns", "L", "k", 17),)),
+        {"type": "lost", "session": "s", "reason": "released", "entries": [["ns", "L", "k", 17]]},
+    ),
+    (
+        "result-denied-with-holders",
+        Reply(
+            21,
+            TransactionResult(
+                Status.TRANSACTION_ERROR,
+                Cause.STATEMENT,
+                "",
+                "h",
+                2.0,
+                1.0,
+                "0:/AssertOp/",
+                (),
+                18,
+                62.0,
+                (HOLDER,),
+            ),
+        ),
+        {
+            "type": "result",
+            "id": 21,
+            "status": 1,
+            "cause": 1,
+            "tx_id": "",
+            "host": "h",
+            "uptime": 2.0,
+            "trust": 1.0,
+            "failed": "0:/AssertOp/",
+            "data": [],
+            "fence": 18,
+            "valid_until": 62.0,
+            "holders": [HOLDER_WIRE],
+        },
+    ),
+    (
+        "holders-page",
+        Reply(22, HoldersPage((HOLDER,), "Y3Vy")),
+        {"type": "holders", "id": 22, "holders": [HOLDER_WIRE], "cursor": "Y3Vy"},
+    ),
+    (
+        "sessions-page",
+        Reply(
+            23,
+            SessionsPage(
+                (
+                    SessionInfo(
+                        "3f2c", "w-7", "alice", ("10.0.0.5:4411",), 1.5, 2.5, 60.0, 62.5, 3, 1
+                    ),
+                )
+            ),
+        ),
+        {
+            "type": "sessions",
+            "id": 23,
+            "sessions": [
+                {
+                    "session": "3f2c",
+                    "description": "w-7",
+                    "principal": "alice",
+                    "clients": ["10.0.0.5:4411"],
+                    "created": 1.5,
+                    "last_touch": 2.5,
+                    "max_age": 60.0,
+                    "valid_until": 62.5,
+                    "entries": 3,
+                    "waiters": 1,
+                }
+            ],
+            "cursor": None,
+        },
+    ),
+    (
+        "waiters-page",
+        Reply(24, WaitersPage((WaiterInfo("w", "ns", "tx", (("L", "k", 0),), 5.0, 15.0),))),
+        {
+            "type": "waiters",
+            "id": 24,
+            "waiters": [
+                {
+                    "session": "w",
+                    "namespace": "ns",
+                    "description": "tx",
+                    "variables": [["L", "k", 0]],
+                    "since": 5.0,
+                    "deadline": 15.0,
+                }
+            ],
+            "cursor": None,
+        },
+    ),
+    (
+        "released",
+        Reply(25, Released(2, 19)),
+        {"type": "released", "id": 25, "entries": 2, "fence": 19},
+    ),
+    ("subscribed", Reply(26, Subscribed(26)), {"type": "subscribed", "id": 26, "subscription": 26}),
+    (
+        "unsubscribed",
+        Reply(27, Unsubscribed(True)),
+        {"type": "unsubscribed", "id": 27, "found": True},
+    ),
+    (
+        "feed",
+        FeedEvent(16, FeedKind.EXPIRED, "ns", "L", "k", "s", 17, 1795700003.5, "ttl", 4),
+        {
+            "type": "feed",
+            "subscription": 16,
+            "kind": "expired",
+            "namespace": "ns",
+            "table": "L",
+            "var": "k",
+            "session": "s",
+            "fence": 17,
+            "at": 1795700003.5,
+            "reason": "ttl",
+            "dropped": 4,
+        },
+    ),
 ]
 
 # (role that decodes, message, wire)
@@ -564,6 +765,12 @@ def test_every_request_and_server_message_kind_is_covered() -> None:
         "stats",
         "ping",
         "cancel",
+        "holders",
+        "sessions",
+        "waiters",
+        "release",
+        "subscribe",
+        "unsubscribe",
     }
     assert {w["type"] for _, _, w in SERVER_MESSAGES} == {
         "result",
@@ -574,6 +781,13 @@ def test_every_request_and_server_message_kind_is_covered() -> None:
         "cancelled",
         "error",
         "lost",
+        "holders",
+        "sessions",
+        "waiters",
+        "released",
+        "subscribed",
+        "unsubscribed",
+        "feed",
     }
 
 

@@ -36,6 +36,8 @@ def test_lost_reason_values() -> None:
         "TTL": "ttl",
         "ENDED": "ended",
         "RESTARTED": "restarted",
+        "RELEASED": "released",
+        "UNKNOWN": "unknown",
     }
 
 
@@ -114,6 +116,32 @@ def test_protocol_constants() -> None:
 
 
 PUBLIC = {
+    # inspection and operations
+    "DEFAULT_PAGE",
+    "MAX_CURSOR",
+    "MAX_HOLDERS",
+    "MAX_PAGE",
+    "PAGE_BYTES",
+    "PAGE_SCAN",
+    "FeedEvent",
+    "FeedKind",
+    "ForceRelease",
+    "HolderInfo",
+    "HoldersPage",
+    "ListHolders",
+    "ListQuery",
+    "ListSessions",
+    "ListWaiters",
+    "Released",
+    "SessionInfo",
+    "SessionsPage",
+    "Subscribe",
+    "Subscribed",
+    "Unsubscribe",
+    "Unsubscribed",
+    "WaiterInfo",
+    "WaitersPage",
+    "make_holder",
     # framing and connection
     "DEFAULT_MAX_FRAME",
     "HEADER_SIZE",

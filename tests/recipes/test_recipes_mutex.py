@@ -7,6 +7,9 @@ Tests marked ``@on_both_loops`` run under trio and under asyncio
 
 from __future__ import annotations
 
+import logging
+import re
+
 import anyio
 import pytest
 import trio
@@ -98,8 +101,9 @@ async def test_seed_001_acquire_and_release_by_uid(
 async def test_acquired_at_and_valid_for(
     server: RunningServer, clock: trio.testing.MockClock
 ) -> None:
-    """acquired_at is the server uptime of the grant (from the entry record, selected in the
-    same transaction); valid_for() is a conservative local bound from valid_until (session)
+    """acquired_at is the wall-clock time of the grant (the server's clock at start, from its
+    Welcome, plus the uptime of the entry record selected in the same transaction);
+    valid_for() is a conservative local bound from valid_until (session)
     and expires_at (TTL), computed without comparing clocks; refresh() moves the session part
     forward.
     Trio only: it jumps trio's MockClock."""
@@ -110,7 +114,9 @@ async def test_acquired_at_and_valid_for(
             assert await m.acquire()
             r = m.last_result
             assert r is not None and m.acquired_at is not None
-            assert m.acquired_at == pytest.approx(r.server_uptime)
+            started_at = c.welcome.started_at
+            assert started_at is not None and started_at > 1_600_000_000  # a Unix time
+            assert m.acquired_at == pytest.approx(started_at + r.server_uptime)
             assert m.expires_at is None
             assert 19 < m.valid_for() <= 20
             clock.jump(5)
@@ -276,3 +282,41 @@ async def test_context_manager_and_locked(server: RunningServer) -> None:
             assert await mb.locked() is False
             assert await entries(a, MUTEX_TABLE, "cm") == []
             assert "free" in repr(ma)
+
+
+async def test_a_failed_acquire_names_who_holds_the_mutex(
+    server: RunningServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After ``acquire(blocking=False)`` returns False, ``lock.holders`` names the holder
+    (session, its description, wall-clock acquired_at, fence); a timed-out acquire logs who
+    held it, and NotAcquired's message says "held by session ... since ..., fence ...";
+    after a grant ``holders`` is empty."""
+    caplog.set_level(logging.INFO, logger="client.recipes")
+    with anyio.fail_after(10):
+        async with (
+            open_lock_client(port=server.port) as c,
+            c.session(description="worker-7 pid 4411") as a,
+            c.session() as b,
+        ):
+            held = AsyncMutex(a, NS, "m")
+            assert await held.acquire() and held.holders == ()
+            other = AsyncMutex(b, NS, "m")
+            assert not await other.acquire(blocking=False)
+            [h] = other.holders
+            assert (h.session, h.session_description, h.fence) == (
+                a.id,
+                "worker-7 pid 4411",
+                held.fence,
+            )
+            assert h.acquired_at == pytest.approx(held.acquired_at, abs=1e-6)
+            assert not await other.acquire(timeout=0.2)
+            assert [h.session for h in other.holders] == [a.id]
+            logged = [r.getMessage() for r in caplog.records if "not acquired" in r.getMessage()]
+            assert logged and f"held by session {a.id[:8]}" in logged[-1]
+            assert (
+                "'worker-7 pid 4411' since " in logged[-1] and f"fence {held.fence}" in logged[-1]
+            )
+            message = str(NotAcquired(other, other.last_result))
+            assert re.search(
+                r"held by session \S+ 'worker-7 pid 4411' since \d\d:\d\d:\d\d UTC", message
+            )

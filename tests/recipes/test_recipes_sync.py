@@ -36,8 +36,15 @@ def test_mutex(threaded_server: ThreadedServer) -> None:
         ma, mb = Mutex(a, NS, "m"), Mutex(b, NS, "m")
         assert ma.acquire(blocking=False) and ma.held
         [record] = sync_entries(a, MUTEX_TABLE, "m")
-        assert record["value"] == ma.ticket and ma.acquired_at == record["set_at"]
+        assert c.welcome is not None and c.welcome.started_at is not None
+        assert record["value"] == ma.ticket
+        assert ma.acquired_at == c.welcome.started_at + record["set_at"]  # wall clock
         assert not mb.acquire(blocking=False)
+        # A failed non-blocking acquire names who held it (the server's records).
+        [holder] = mb.holders
+        assert (holder.session, holder.fence) == (a.id, ma.fence)
+        assert holder.acquired_at == pytest.approx(ma.acquired_at, abs=1e-6)
+        assert holder.value == ma.ticket
         assert mb.locked() is True
 
         def timed_out() -> int:

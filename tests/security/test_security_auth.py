@@ -115,8 +115,9 @@ async def test_namespaces_forbidden_and_connection_stays_usable(nursery: trio.Nu
 
 
 async def test_session_hijack_refused_owner_keeps_working(nursery: trio.Nursery) -> None:
-    """Another principal presenting the owner's session id is refused with SESSION_CONFLICT,
-    for execute and for end; the session and its lock survive and the owner carries on."""
+    """Another principal presenting the owner's session id is refused: SESSION_CONFLICT for
+    execute, FORBIDDEN for end (it is not an admin token); the session and its lock survive
+    and the owner carries on."""
     server = await start_server(
         nursery, tokens=(TokenSpec("alice", ALICE), TokenSpec("mallory", BOB))
     )
@@ -133,7 +134,7 @@ async def test_session_hijack_refused_owner_keeps_working(nursery: trio.Nursery)
             assert info.value.code is ErrorCode.SESSION_CONFLICT
             with pytest.raises(AccessDenied) as info:
                 await thief.end_session("shared-id")
-            assert info.value.code is ErrorCode.SESSION_CONFLICT
+            assert info.value.code is ErrorCode.FORBIDDEN  # ending it needs an admin token
             assert "shared-id" in server.engine.sessions
             # The thief's connection is still usable for its own sessions.
             other = thief.session(session_id="mallory-own")

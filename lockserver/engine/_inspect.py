@@ -1,0 +1,663 @@
+"""Reading the lock state for people: holder records, the listings and their cursors, the
+holders that made a statement fail.
+
+Why a module of its own: the engine and the wait queue keep the state laid out for speed;
+this module walks that layout for an operator without changing it, and changes for the
+operator's reasons (what a listing shows, how it pages).
+
+Rules kept (PROTOCOL.md "Inspection"):
+- **Pure**: every function reads the engine and the wait queue and returns values; times are
+  engine times turned into wall-clock seconds by the store's ``wall_offset`` (the shell's one
+  wall-clock reading at start, passed in when the engine was built). No clock is read here.
+- **Bounded pages**: a page stops at ``limit`` records, at ``PAGE_BYTES`` of records, or after
+  looking at ``PAGE_SCAN`` items, whichever comes first; its cursor then points at the next
+  item to look at (nil: nothing is left). So a page costs O(page + PAGE_SCAN), never O(all).
+- **Cursors resume by key**: a cursor names the next item (namespace, table, var, session for
+  holders; session id for sessions; arrival number for waiters) and its position. Resuming
+  looks the key up at that position first, then by key in its container (a list of the
+  container's keys, made in C: O(container), ~0.3 ms for 65,536 variables; a big table's
+  container is one of its 256 shards). An item present for the whole paging and not changed
+  is listed exactly once; an item added meanwhile may or may not be listed; when the item a
+  cursor names is itself removed, paging resumes right after the item before it (the cursor
+  names that one too), and only when both are gone at the old position, which may then skip
+  or repeat a few items of that container. Storage order is insertion order within a container
+  and hash order across a big table's shards and the sessions (so two server processes may
+  list the same state in different orders; a cursor is only valid on the run that made it).
+- A cursor is refused (INVALID_MESSAGE, naming why) when it is not one of ours, is for
+  another listing, was made with other filters, or by another run of the server.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any, Final, Protocol
+
+import attrs
+
+from protocol import (
+    MAX_HOLDERS,
+    PAGE_BYTES,
+    PAGE_SCAN,
+    CountBelow,
+    ErrorCode,
+    Exists,
+    HolderInfo,
+    HoldersPage,
+    ListQuery,
+    Node,
+    SessionInfo,
+    SessionsPage,
+    SetVar,
+    WaiterInfo,
+    WaitersPage,
+    make_holder,
+    value_size,
+)
+
+from ._eval import same_value
+from ._store import (
+    S_DESC,
+    S_EXPIRES,
+    S_FENCE,
+    S_OWNER,
+    S_SET_AT,
+    S_VALUE,
+    BigTable,
+    EngineError,
+    Entry,
+    SessionRecord,
+    Store,
+    Table,
+    as_entries,
+    find_slot,
+    text_len,
+)
+
+# The engine and the wait queue are passed in (they import this module): ``Engine`` and
+# ``WaitQueue`` below name them for readers only.
+Engine = Any
+WaitQueue = Any
+
+__all__ = [
+    "LISTINGS",
+    "Visibility",
+    "denial_holders",
+    "holders_size",
+    "holder_info",
+    "list_holders",
+    "list_sessions",
+    "list_waiters",
+]
+
+
+class Visibility(Protocol):
+    """What a listing may show a principal: the namespaces it may use (the shell's
+    ``Principal`` is one); its own sessions (``name``) are always visible."""
+
+    @property
+    def name(self) -> str: ...
+
+    def allows(self, namespace: str) -> bool: ...
+
+
+_HOLDER_BYTES: Final = 192  # a holder record's keys and numbers, encoded, about
+_SESSION_BYTES: Final = 256
+_WAITER_BYTES: Final = 160
+
+
+# --- records ----------------------------------------------------------------------------------
+
+
+def holder_info(store: Store, sessions: Any, ns: str, table: str, var: str, e: Entry) -> HolderInfo:
+    """The record of entry ``e`` of ``ns``/``table``/``var``, times in wall-clock seconds."""
+    offset = store.wall_offset
+    owner = sessions.get(e[S_OWNER])
+    expires = e[S_EXPIRES]
+    return make_holder(  # the engine's own values: no validators (the denial path)
+        ns,
+        table,
+        var,
+        e[S_OWNER],
+        "" if owner is None else owner.description,
+        e[S_VALUE],
+        e[S_DESC],
+        e[S_SET_AT] + offset,
+        None if expires is None else expires + offset,
+        e[S_FENCE],
+    )
+
+
+def holders_size(holders: tuple[HolderInfo, ...]) -> int:
+    """An upper bound of the encoded size of holder records (a remembered result counts it)."""
+    size = 0
+    for h in holders:
+        size += _HOLDER_BYTES + 4 * (len(h.namespace) + len(h.table) + len(h.var) + len(h.session))
+        size += 4 * len(h.session_description) + value_size(h.value)
+        if h.description is not None:
+            size += 4 * len(h.description)
+    return size
+
+
+def _holder_bytes(ns: str, table: str, var: str, e: Entry, sdesc: str) -> int:
+    desc = e[S_DESC]
+    return (
+        _HOLDER_BYTES
+        + len(ns)
+        + len(table)
+        + len(var)
+        + 2 * len(e[S_OWNER])
+        + len(sdesc)
+        + value_size(e[S_VALUE])
+        + (0 if desc is None else len(desc))
+    )
+
+
+def denial_holders(
+    engine: Engine, statement: Node, ns: str, sid: str, uncommitted: int, room: int
+) -> tuple[HolderInfo, ...]:
+    """The entries that made ``statement`` (a top-level statement that aborted) fail, as the
+    evaluator saw them: for each ``Exists`` the entries it matched, for each exclusive
+    ``SetVar`` every entry of its variable, for each ``CountBelow`` the entries it counted;
+    in the tree's order, each entry once, at most ``MAX_HOLDERS``, and only while their
+    records fit in ``room`` bytes (what the reply has left beside its selected data: a
+    result never passes the 1 MiB a client accepts). Entries of the running transaction
+    itself (fence ``uncommitted``) are left out: they never existed."""
+    store = engine.store
+    tables = store.namespaces.get(ns)
+    if tables is None:
+        return ()
+    out: list[HolderInfo] = []
+    seen: set[tuple[str, str, str]] = set()
+    stack: list[Any] = [statement]
+    while stack and len(out) < MAX_HOLDERS:
+        node = stack.pop()
+        t = type(node)
+        if t is Exists or t is SetVar or t is CountBelow:
+            if t is SetVar and node.allow_duplicates:
+                continue
+            slot = find_slot(tables, node.table, node.var)
+            if slot is None:
+                continue
+            skip = sid if t is not SetVar and node.ignore_this_session else None
+            value = node.value if t is Exists else None
+            for e in as_entries(slot):
+                if e[S_OWNER] == skip or e[S_FENCE] == uncommitted:
+                    continue
+                if value is not None and not same_value(e[S_VALUE], value):
+                    continue
+                key = (node.table, node.var, e[S_OWNER])
+                if key in seen:
+                    continue
+                seen.add(key)
+                room -= _holder_bytes(ns, node.table, node.var, e, "") + 2 * text_len(e[S_OWNER])
+                if room < 0:
+                    return tuple(out)
+                out.append(holder_info(store, engine.sessions, ns, node.table, node.var, e))
+                if len(out) == MAX_HOLDERS:
+                    break
+        else:
+            stack.extend(reversed(_children(node)))
+    return tuple(out)
+
+
+# The fields of each node type that hold child nodes (a node or a tuple of them), learned once
+# per type: the denial path walks a tree per failed transaction.
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+_CHILD_NAMES: Final = frozenset(
+    {"condition", "then", "else_", "statements", "change", "operator", "left", "right", "operand"}
+)
+
+
+def _children(node: Any) -> list[Any]:
+    """A statement's or operator's child nodes, in evaluation order."""
+    t = type(node)
+    names = _CHILD_FIELDS.get(t)
+    if names is None:
+        names = _CHILD_FIELDS[t] = tuple(f.name for f in attrs.fields(t) if f.name in _CHILD_NAMES)
+    out: list[Any] = []
+    for name in names:
+        value = getattr(node, name)
+        if type(value) is tuple:
+            out.extend(value)
+        elif value is not None:
+            out.append(value)
+    return out
+
+
+# --- cursors ----------------------------------------------------------------------------------
+
+
+def _filters_tag(q: ListQuery) -> int:
+    return zlib.crc32(repr((q.namespace, q.table, q.var, q.session, q.match)).encode())
+
+
+def _encode_cursor(kind: str, run: int, q: ListQuery, position: list[Any]) -> str:
+    raw = json.dumps([kind, run, _filters_tag(q), *position], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+_KINDS: Final = ("holders", "sessions", "waiters")
+
+
+def _decode_cursor(kind: str, run: int, q: ListQuery, shape: tuple[type, ...]) -> list[Any]:
+    """The position a query's cursor names; EngineError (INVALID_MESSAGE) saying why not."""
+    assert q.cursor is not None
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(q.cursor.encode("ascii", "strict")))
+    except (ValueError, UnicodeError, binascii.Error):
+        raw = None
+    if type(raw) is not list or len(raw) < 3 or raw[0] not in _KINDS:
+        raise _bad_cursor(kind, "it is not a cursor of this server")
+    if raw[0] != kind:
+        raise _bad_cursor(kind, f"it is a cursor of a {raw[0]!r} listing, not {kind!r}")
+    if raw[1] != run:
+        raise _bad_cursor(kind, "it was made by another run of the server: list from the start")
+    if raw[2] != _filters_tag(q):
+        raise _bad_cursor(kind, "it was made for other filters: page with the same filters")
+    position = raw[3:]
+    if len(position) != len(shape):
+        raise _bad_cursor(kind, "it is not a cursor of this server")
+    for value, want in zip(position, shape, strict=True):
+        if type(value) is not want or (type(value) is int and value < 0):
+            raise _bad_cursor(kind, "it is not a cursor of this server")
+    return position
+
+
+def _bad_cursor(kind: str, why: str) -> EngineError:
+    return EngineError(ErrorCode.INVALID_MESSAGE, f"{kind}: the cursor is not valid: {why}")
+
+
+def _start(keys: list[Any], key: Any, hint: int, prev: Any = None) -> int:
+    """Where to resume in ``keys`` at ``key``, last seen at index ``hint`` right after
+    ``prev`` (None: nothing before it, or not known): at ``key`` when it is still there, else
+    right after ``prev`` when that one is, else at the old index."""
+    if hint < len(keys) and keys[hint] == key:
+        return hint
+    try:
+        return keys.index(key)
+    except ValueError:
+        pass
+    if prev is not None:
+        try:
+            return keys.index(prev) + 1
+        except ValueError:
+            pass
+    return min(hint, len(keys))
+
+
+def _match(text: str | None, needle: str | None) -> bool:
+    return needle is None or (text is not None and needle in text)
+
+
+# --- holders ----------------------------------------------------------------------------------
+
+# ns index, ns, table index, table, shard, var index, var, entry index, session, the var
+# before (resume after it when the var is gone; "" at a shard's start)
+_HOLDERS_SHAPE: Final = (int, str, int, str, int, int, str, int, str, str)
+
+
+def _walk_holders(
+    store: Store, q: ListQuery, at: list[Any] | None
+) -> Iterator[tuple[int, str, int, str, int, Any, list[str], int, int]]:
+    """Every container of variables from position ``at`` on (None: the start): (ns index, ns,
+    table index, table, shard, the shard (a dict var -> slot), its vars, the var index to
+    start at, the entry index to start at in that first var); a table a prefix filter passes
+    over comes with no shard (None: it costs a look). ``at`` steers only the first descent:
+    once the walk leaves a container it names, every later one is walked from its start.
+    (Per container, not per entry: a generator's yield per entry cost ~0.7 us.)"""
+    namespaces = store.namespaces
+    if q.namespace is None:
+        ns_keys = list(namespaces)
+    else:
+        ns_keys = [q.namespace] if q.namespace in namespaces else []
+    ns_from = 0 if at is None else _start(ns_keys, at[1], at[0])
+    table_prefix = q.table
+    for ns_i in range(ns_from, len(ns_keys)):
+        ns = ns_keys[ns_i]
+        if at is not None and at[1] != ns:
+            at = None
+        tables = namespaces[ns]
+        t_keys = list(tables)
+        t_from = 0 if at is None else _start(t_keys, at[3], at[2])
+        for t_i in range(t_from, len(t_keys)):
+            table = t_keys[t_i]
+            if at is not None and at[3] != table:
+                at = None
+            if table_prefix is not None and not table.startswith(table_prefix):
+                yield ns_i, ns, t_i, table, 0, None, [], 0, 0
+                continue
+            t: Table = tables[table]
+            shards: list[Any] = t.shards if type(t) is BigTable else [t]
+            sh_from = 0 if at is None else min(at[4], len(shards))
+            for sh_i in range(sh_from, len(shards)):
+                shard = shards[sh_i]
+                v_keys = list(shard)
+                v_from = e_from = 0
+                if at is not None and at[4] == sh_i:
+                    v_from = _start(v_keys, at[6], at[5], at[9] or None)
+                    if v_from < len(v_keys) and v_keys[v_from] == at[6]:
+                        owners = [e[S_OWNER] for e in as_entries(shard[at[6]])]
+                        e_from = _start(owners, at[8], at[7])
+                at = None
+                yield ns_i, ns, t_i, table, sh_i, shard, v_keys, v_from, e_from
+
+
+def list_holders(
+    engine: Engine, waits: WaitQueue, q: ListQuery, visible: Visibility | None, run: int
+) -> HoldersPage:
+    """A page of held entries matching ``q`` (see the module docstring for its bounds).
+    The hot loop of a listing: one look per entry, the record built without validators.
+    With a ``session`` filter, only that session's own index is walked."""
+    if q.session is not None:
+        return _session_holders(engine, q, visible, run)
+    store = engine.store
+    offset = store.wall_offset
+    shards = engine.sessions.shards
+    mask = engine.sessions.mask
+    at = None if q.cursor is None else _decode_cursor("holders", run, q, _HOLDERS_SHAPE)
+    limit = q.page_size
+    match = q.match
+    only = q.session
+    var_prefix = q.var
+    records: list[HolderInfo] = []
+    size = scanned = 0
+    walk = _walk_holders(store, q, at)
+    for ns_i, ns, t_i, table, sh_i, shard, v_keys, v_from, first_entry in walk:
+        e_from = first_entry
+        if shard is None or (visible is not None and not visible.allows(ns)):
+            if scanned >= PAGE_SCAN:
+                pos = [ns_i, ns, t_i, table, sh_i, 0, "", 0, "", ""]
+                return HoldersPage(records, _encode_cursor("holders", run, q, pos))
+            scanned += 1
+            continue
+        for v_i in range(v_from, len(v_keys)):
+            var = v_keys[v_i]
+            if var_prefix is not None and not var.startswith(var_prefix):
+                if scanned >= PAGE_SCAN:
+                    prev = v_keys[v_i - 1] if v_i else ""
+                    pos = [ns_i, ns, t_i, table, sh_i, v_i, var, 0, "", prev]
+                    return HoldersPage(records, _encode_cursor("holders", run, q, pos))
+                scanned += 1
+                continue
+            slot = shard[var]
+            entries = (slot,) if type(slot) is tuple else slot
+            names = len(ns) + len(table) + len(var)
+            for e_i in range(e_from, len(entries)):
+                e = entries[e_i]
+                sid = e[S_OWNER]
+                if scanned >= PAGE_SCAN:
+                    prev = v_keys[v_i - 1] if v_i else ""
+                    pos = [ns_i, ns, t_i, table, sh_i, v_i, var, e_i, sid, prev]
+                    return HoldersPage(records, _encode_cursor("holders", run, q, pos))
+                scanned += 1
+                if only is not None and sid != only:
+                    continue
+                owner = shards[hash(sid) & mask].get(sid)
+                sdesc = "" if owner is None else owner.description
+                desc = e[S_DESC]
+                if match is not None and match not in sdesc and (desc is None or match not in desc):
+                    continue
+                value = e[S_VALUE]
+                cost = _HOLDER_BYTES + names + 2 * len(sid) + len(sdesc)
+                cost += value_size(value) + (0 if desc is None else len(desc))
+                if len(records) == limit or (records and size + cost > PAGE_BYTES):
+                    prev = v_keys[v_i - 1] if v_i else ""
+                    pos = [ns_i, ns, t_i, table, sh_i, v_i, var, e_i, sid, prev]
+                    return HoldersPage(records, _encode_cursor("holders", run, q, pos))
+                size += cost
+                expires = e[S_EXPIRES]
+                records.append(
+                    make_holder(
+                        ns,
+                        table,
+                        var,
+                        sid,
+                        sdesc,
+                        value,
+                        desc,
+                        e[S_SET_AT] + offset,
+                        None if expires is None else expires + offset,
+                        e[S_FENCE],
+                    )
+                )
+            e_from = 0
+    return HoldersPage(records, None)
+
+
+# group index, namespace, table, var index, var: a position in one session's index
+_SESSION_HOLDERS_SHAPE: Final = (int, str, str, int, str)
+
+
+def _session_holders(
+    engine: Engine, q: ListQuery, visible: Visibility | None, run: int
+) -> HoldersPage:
+    """The holders page of one session (``q.session``): its index of held entries, (ns,
+    table) group by group in the order it took them, walked from the cursor: O(page), however
+    much the others hold. The order differs from the full listing's (by session, not by
+    table); a cursor of one is refused by the other (other filters)."""
+    assert q.session is not None
+    s: SessionRecord | None = engine.sessions.get(q.session)
+    if s is None:
+        return HoldersPage((), None)
+    at = None
+    if q.cursor is not None:
+        at = _decode_cursor("holders", run, q, _SESSION_HOLDERS_SHAPE)
+    store = engine.store
+    namespaces = store.namespaces
+    groups = list(s.keys)
+    g_from = 0 if at is None else _start(groups, (at[1], at[2]), at[0])
+    records: list[HolderInfo] = []
+    size = scanned = 0
+    for g_i in range(g_from, len(groups)):
+        ns, table = groups[g_i]
+        group_vars = list(s.keys[ns, table])
+        v_from = 0
+        if at is not None and (at[1], at[2]) == (ns, table):
+            v_from = _start(group_vars, at[4], at[3])
+        at = None
+        if (
+            (q.namespace is not None and ns != q.namespace)
+            or (q.table is not None and not table.startswith(q.table))
+            or (visible is not None and not visible.allows(ns))
+        ):
+            group_vars = []
+            if scanned >= PAGE_SCAN:
+                return HoldersPage(
+                    records, _encode_cursor("holders", run, q, [g_i, ns, table, 0, ""])
+                )
+            scanned += 1
+        for v_i in range(v_from, len(group_vars)):
+            var = group_vars[v_i]
+            pos = [g_i, ns, table, v_i, var]
+            if scanned >= PAGE_SCAN:
+                return HoldersPage(records, _encode_cursor("holders", run, q, pos))
+            scanned += 1
+            if q.var is not None and not var.startswith(q.var):
+                continue
+            slot = find_slot(namespaces.get(ns), table, var)
+            e = next(e for e in as_entries(slot) if e[S_OWNER] == s.session_id)  # type: ignore[arg-type]
+            if not (_match(s.description, q.match) or _match(e[S_DESC], q.match)):
+                continue
+            cost = _holder_bytes(ns, table, var, e, s.description)
+            if len(records) == q.page_size or (records and size + cost > PAGE_BYTES):
+                return HoldersPage(records, _encode_cursor("holders", run, q, pos))
+            size += cost
+            records.append(holder_info(store, engine.sessions, ns, table, var, e))
+    return HoldersPage(records, None)
+
+
+# --- sessions ---------------------------------------------------------------------------------
+
+# shard, index, session id, the session id before (resume after it when the id is gone)
+_SESSIONS_SHAPE: Final = (int, int, str, str)
+
+
+def _session_matches(
+    s: SessionRecord, q: ListQuery, visible: Visibility | None
+) -> tuple[bool, int]:
+    """Whether ``s`` passes the filters and the principal's view, and how many of its table
+    groups were looked at (the cost)."""
+    if q.session is not None and s.session_id != q.session:
+        return False, 1
+    if not _match(s.description, q.match):
+        return False, 1
+    looked = 1
+    placed = q.namespace is None and q.table is None and q.var is None
+    seen = visible is None or s.tag == visible.name
+    for (ns, table), group in s.keys.items():
+        if placed and seen:
+            break
+        looked += 1
+        if not seen and visible is not None and visible.allows(ns):
+            seen = True
+        if placed:
+            continue
+        if (q.namespace is None or ns == q.namespace) and (
+            q.table is None or table.startswith(q.table)
+        ):
+            if q.var is None:
+                placed = True
+            else:
+                looked += len(group)
+                placed = any(var.startswith(q.var) for var in group)
+    return placed and seen, looked
+
+
+def _walk_sessions(
+    shards: list[dict[str, SessionRecord]], at: list[Any] | None
+) -> Iterator[tuple[list[Any], SessionRecord]]:
+    """Every session from position ``at`` on (None: the start), with its position."""
+    sh_from = 0 if at is None else min(at[0], len(shards))
+    for sh_i in range(sh_from, len(shards)):
+        shard = shards[sh_i]
+        keys = list(shard)
+        i_from = 0 if at is None or at[0] != sh_i else _start(keys, at[2], at[1], at[3] or None)
+        at = None
+        for i in range(i_from, len(keys)):
+            yield [sh_i, i, keys[i], keys[i - 1] if i else ""], shard[keys[i]]
+
+
+def list_sessions(
+    engine: Engine, waits: WaitQueue, q: ListQuery, visible: Visibility | None, run: int
+) -> SessionsPage:
+    """A page of live sessions matching ``q`` (``clients`` left empty: the door fills them
+    from the owners that used each session)."""
+    offset = engine.store.wall_offset
+    at = None if q.cursor is None else _decode_cursor("sessions", run, q, _SESSIONS_SHAPE)
+    limit = q.page_size
+    records: list[SessionInfo] = []
+    size = scanned = 0
+    if q.session is not None:
+        one = engine.sessions.get(q.session)
+        shards: list[dict[str, SessionRecord]] = [] if one is None else [{q.session: one}]
+    else:
+        shards = engine.sessions.shards
+    for pos, s in _walk_sessions(shards, at):
+        if scanned >= PAGE_SCAN:
+            return SessionsPage(records, _encode_cursor("sessions", run, q, pos))
+        ok, looked = _session_matches(s, q, visible)
+        scanned += looked
+        if not ok:
+            continue
+        cost = _SESSION_BYTES + 2 * len(s.session_id) + len(s.description)
+        if len(records) == limit or (records and size + cost > PAGE_BYTES):
+            return SessionsPage(records, _encode_cursor("sessions", run, q, pos))
+        size += cost
+        records.append(
+            SessionInfo(
+                s.session_id,
+                s.description,
+                s.tag or "",
+                (),
+                s.created + offset,
+                s.last_touch + offset,
+                s.max_age,
+                s.last_touch + s.max_age + offset,
+                s.held,
+                waits.parked_count(s.session_id),
+            )
+        )
+    return SessionsPage(records, None)
+
+
+# --- waiters ----------------------------------------------------------------------------------
+
+_WAITERS_SHAPE: Final = (int,)
+
+
+def _waiter_matches(w: Any, q: ListQuery, visible: Visibility | None) -> bool:
+    ns = w.tx.namespace
+    if q.namespace is not None and ns != q.namespace:
+        return False
+    if visible is not None and not visible.allows(ns):
+        return False
+    if q.session is not None and w.session.session_id != q.session:
+        return False
+    if not (_match(w.session.description, q.match) or _match(w.tx.description, q.match)):
+        return False
+    if q.table is None and q.var is None:
+        return True
+    return any(
+        (q.table is None or t.startswith(q.table)) and (q.var is None or v.startswith(q.var))
+        for _, t, v in w.keys
+    )
+
+
+def list_waiters(
+    engine: Engine, waits: WaitQueue, q: ListQuery, visible: Visibility | None, run: int
+) -> WaitersPage:
+    """A page of parked transactions matching ``q``, oldest first."""
+    offset = engine.store.wall_offset
+    at = None if q.cursor is None else _decode_cursor("waiters", run, q, _WAITERS_SHAPE)
+    parked = waits.in_order()
+    first = 0 if at is None else _first_at_or_after(parked, at[0])
+    limit = q.page_size
+    records: list[WaiterInfo] = []
+    size = 0
+    for scanned, w in enumerate(parked[first:]):
+        if scanned >= PAGE_SCAN:
+            return WaitersPage(records, _encode_cursor("waiters", run, q, [w.seq]))
+        if not _waiter_matches(w, q, visible):
+            continue
+        variables = tuple((t, v, waits.position(w, (ns, t, v))) for ns, t, v in sorted(w.keys))
+        cost = _WAITER_BYTES + len(w.session.session_id) + len(w.tx.description)
+        cost += sum(24 + len(t) + len(v) for t, v, _ in variables)
+        if len(records) == limit or (records and size + cost > PAGE_BYTES):
+            return WaitersPage(records, _encode_cursor("waiters", run, q, [w.seq]))
+        size += cost
+        records.append(
+            WaiterInfo(
+                w.session.session_id,
+                w.tx.namespace,
+                w.tx.description,
+                variables,
+                w.parked_at + offset,
+                w.deadline + offset,
+            )
+        )
+    return WaitersPage(records, None)
+
+
+def _first_at_or_after(parked: list[Any], seq: int) -> int:
+    """Index of the first waiter whose arrival number is ``seq`` or later (binary search:
+    the queue keeps arrival order)."""
+    lo, hi = 0, len(parked)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if parked[mid].seq < seq:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+#: The listings by kind, each ``(engine, wait queue, query, visibility, run) -> page``.
+LISTINGS: Final[dict[str, Callable[..., Any]]] = {
+    "holders": list_holders,
+    "sessions": list_sessions,
+    "waiters": list_waiters,
+}
