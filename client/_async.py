@@ -67,16 +67,32 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.lowlevel
+import attrs
 
-from protocol import Pong, Welcome
+from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage, Welcome
 
 from ._async_session import AsyncSession, AsyncShardedSession
 from ._core import ClientCore, ClientStatistics, handshake_error, not_sent
 from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
+from ._inspect import listing_request, release_request, subscribe_request, unsubscribe_request
 from ._loops import CLOSED, Slot, hooks_for_running_loop
 from ._placement import ServerAddress
-from ._sharding import Router, unavailable
-from ._wire import END, HELLO, PING, RETRY, STATS, Batch, Wire
+from ._sharding import Router, Subscriptions, join_cursor, split_cursor, unavailable
+from ._wire import (
+    END,
+    HELLO,
+    HOLDERS,
+    PING,
+    RELEASE,
+    RETRY,
+    SESSIONS,
+    STATS,
+    SUBSCRIBE,
+    UNSUBSCRIBE,
+    WAITERS,
+    Batch,
+    Wire,
+)
 
 __all__ = ["AsyncLockClient", "open_lock_client"]
 
@@ -208,6 +224,11 @@ class AsyncLockClient:
         self._router = router
         self._shards: dict[ServerAddress, AsyncLockClient] = {}
         self._shard_locks = {} if router is None else {s: anyio.Lock() for s in router.servers}
+        self._subscriptions = Subscriptions()
+        # Set when change-feed events arrive (next_feed_events waits on it); a router's
+        # per-server clients set their router's instead.
+        self._feed_ready = anyio.Event()
+        self._feed_owner: AsyncLockClient = self
 
     # --- public API -------------------------------------------------------------------------------
 
@@ -320,6 +341,168 @@ class AsyncLockClient:
         rid, data = self._core.end_session(session_id)
         return await self.request(END, rid, data)  # type: ignore[no-any-return]
 
+    # --- the operator's calls (as the sync face's: docs/operations.md) --------------------------
+
+    async def holders(
+        self,
+        namespace: str | None = None,
+        table: str | None = None,
+        var: str | None = None,
+        *,
+        session: str | None = None,
+        match: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> HoldersPage:
+        """A page of the entries held (as the sync face's :meth:`~client.LockClient.holders`)."""
+        page: HoldersPage = await self._listing(
+            "holders", HOLDERS, namespace, table, var, session, match, cursor, limit
+        )
+        return page
+
+    async def sessions(
+        self,
+        namespace: str | None = None,
+        table: str | None = None,
+        var: str | None = None,
+        *,
+        session: str | None = None,
+        match: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> SessionsPage:
+        """A page of the sessions (as the sync face's :meth:`~client.LockClient.sessions`)."""
+        page: SessionsPage = await self._listing(
+            "sessions", SESSIONS, namespace, table, var, session, match, cursor, limit
+        )
+        return page
+
+    async def waiters(
+        self,
+        namespace: str | None = None,
+        table: str | None = None,
+        var: str | None = None,
+        *,
+        session: str | None = None,
+        match: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> WaitersPage:
+        """A page of the parked transactions (as the sync face's
+        :meth:`~client.LockClient.waiters`)."""
+        page: WaitersPage = await self._listing(
+            "waiters", WAITERS, namespace, table, var, session, match, cursor, limit
+        )
+        return page
+
+    async def _listing(
+        self,
+        kind: str,
+        wire_kind: int,
+        namespace: str | None,
+        table: str | None,
+        var: str | None,
+        session: str | None,
+        match: str | None,
+        cursor: str | None,
+        limit: int | None,
+    ) -> Any:
+        router = self._router
+        if router is None:
+            rid = self._core.next_id()
+            data = listing_request(
+                kind, rid, namespace, table, var, session=session, match=match, cursor=cursor,
+                limit=limit,
+            )  # fmt: skip
+            return await self.request(wire_kind, rid, data)
+        args = (kind, wire_kind, namespace, table, var, session, match)
+        if namespace is not None:
+            server = self.place(namespace)
+            shard = await self.shard_client(server)
+            try:
+                return await shard._listing(*args, cursor, limit)
+            except ServerUnavailable as exc:
+                raise unavailable(server, exc) from exc
+        count = len(router.servers)
+        index, inner = split_cursor(cursor, count)
+        server = router.servers[index]
+        shard = await self.shard_client(server)
+        try:
+            page = await shard._listing(*args, inner, limit)
+        except ServerUnavailable as exc:
+            raise unavailable(server, exc) from exc
+        return attrs.evolve(page, cursor=join_cursor(index, page.cursor, count))
+
+    async def release(
+        self, namespace: str, table: str, var: str, *, session: str | None = None
+    ) -> Released:
+        """Force-release (as the sync face's :meth:`~client.LockClient.release`)."""
+        if self._router is not None:
+            server = self.place(namespace)
+            shard = await self.shard_client(server)
+            try:
+                return await shard.release(namespace, table, var, session=session)
+            except ServerUnavailable as exc:
+                raise unavailable(server, exc) from exc
+        rid = self._core.next_id()
+        data = release_request(rid, namespace, table, var, session)
+        return await self.request(RELEASE, rid, data)  # type: ignore[no-any-return]
+
+    async def subscribe(self, namespace: str, table: str | None = None) -> int:
+        """Subscribe to the change feed of ``namespace`` (as the sync face's
+        :meth:`~client.LockClient.subscribe`); events are read by the client's reader task
+        and taken with :meth:`feed_events` or awaited with :meth:`next_feed_events`."""
+        if self._router is not None:
+            server = self.place(namespace)
+            shard = await self.shard_client(server)
+            try:
+                theirs = await shard.subscribe(namespace, table)
+            except ServerUnavailable as exc:
+                raise unavailable(server, exc) from exc
+            return self._subscriptions.add(self._core.next_id(), server, theirs)
+        rid = self._core.next_id()
+        data = subscribe_request(rid, namespace, table)
+        return await self.request(SUBSCRIBE, rid, data)  # type: ignore[no-any-return]
+
+    async def unsubscribe(self, subscription: int) -> bool:
+        """End a subscription; False when the server did not know it."""
+        if self._router is not None:
+            where = self._subscriptions.pop(subscription)
+            if where is None:
+                await anyio.lowlevel.checkpoint()
+                return False
+            return await (await self.shard_client(where[0])).unsubscribe(where[1])
+        rid = self._core.next_id()
+        data = unsubscribe_request(rid, subscription)
+        return await self.request(UNSUBSCRIBE, rid, data)  # type: ignore[no-any-return]
+
+    def feed_events(self) -> list[FeedEvent]:
+        """The change-feed events received since the last call, in arrival order."""
+        if self._router is not None:
+            out: list[FeedEvent] = []
+            for server, shard in list(self._shards.items()):
+                for event in shard.feed_events():
+                    ours = self._subscriptions.ours(server, event.subscription)
+                    if ours is not None:
+                        out.append(attrs.evolve(event, subscription=ours))
+            return out
+        conn = self._conn
+        return [] if conn is None else conn.wire.take_feed()
+
+    async def next_feed_events(self) -> list[FeedEvent]:
+        """Wait until change-feed events have arrived (at once if some have) and take them."""
+        while True:
+            events = self.feed_events()
+            if events:
+                await anyio.lowlevel.checkpoint()
+                return events
+            self.check_open()
+            await self._feed_ready.wait()
+            self._feed_ready = anyio.Event()
+
+    def _feed_arrived(self) -> None:
+        self._feed_owner._feed_ready.set()
+
     def local_statistics(self) -> ClientStatistics:
         """Client-side counters: requests, drops, retries, reconnects, events (a client of
         several servers: the sums over its per-server clients, and its own open sessions)."""
@@ -370,6 +553,7 @@ class AsyncLockClient:
                     token=self._core.token,
                     ssl_context=self.ssl_context,
                 )
+                shard._feed_owner = self
                 try:
                     await shard._reconnect()
                 except ServerUnavailable as exc:
@@ -553,6 +737,8 @@ class AsyncLockClient:
                     slot.resolve(value, error)
                 if events:
                     core.dispatch(events)
+                if wire.feed_events:
+                    self._feed_arrived()
                 if wire.closing:  # e.g. SHUTTING_DOWN: the server reads nothing more
                     reason = "the server ended the connection"
                     break

@@ -107,6 +107,8 @@ class ClientStatistics:
     # LockLost events the client made itself at a reconnect (RESTARTED, or EXPIRED for a
     # session whose guarantee ran out while disconnected); not counted in ``events``.
     events_synthetic: int = 0
+    # Change-feed events dropped because the application did not take them (FEED_BUFFER).
+    feed_dropped: int = 0
 
     @classmethod
     def total(cls, parts: list[ClientStatistics], open_sessions: int) -> ClientStatistics:
@@ -397,6 +399,7 @@ class ClientCore:
         self.events = 0
         self.events_unclaimed = 0
         self.events_synthetic = 0
+        self.feed_dropped = 0
         self.restarts = 0
         # The server instance of the last welcome (None before the first); whether the last
         # handshake found another one (consumed by ``reconnected``).
@@ -519,6 +522,7 @@ class ClientCore:
             open_sessions=sum(len(s) for s in self.sessions.values()),
             restarts=self.restarts,
             events_synthetic=self.events_synthetic,
+            feed_dropped=self.feed_dropped,
         )
 
 

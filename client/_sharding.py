@@ -28,7 +28,14 @@ from ._errors import BatchError, LockClientError, ServerUnavailable
 from ._placement import ServerAddress, parse_servers, place
 from ._result import Result
 
-__all__ = ["Router", "merge_outcomes", "unavailable"]
+__all__ = [
+    "Router",
+    "Subscriptions",
+    "join_cursor",
+    "merge_outcomes",
+    "split_cursor",
+    "unavailable",
+]
 
 #: Namespaces whose placement a router remembers; past this the memo starts again (placing
 #: is a few microseconds, the memo only saves them on the hot path).
@@ -113,3 +120,56 @@ def merge_outcomes(
     if failed:
         raise BatchError(out)  # type: ignore[arg-type]  # every slot is set above
     return out  # type: ignore[return-value]
+
+
+# --- the operator's calls over several servers ------------------------------------------------
+
+
+def split_cursor(cursor: str | None, count: int) -> tuple[int, str | None]:
+    """A router's listing cursor as (index of the server to ask, that server's cursor): the
+    router pages through its servers in list order, each to its end. ValueError for a cursor
+    this router did not make."""
+    if cursor is None:
+        return 0, None
+    if type(cursor) is not str:
+        raise TypeError(f"cursor must be a str or None, got {type(cursor).__name__}")
+    index, sep, inner = cursor.partition("~")
+    if not sep or not index.isascii() or not index.isdigit() or int(index) >= count:
+        raise ValueError(f"not a cursor of this client's listings: {cursor[:40]!r}")
+    return int(index), inner or None
+
+
+def join_cursor(index: int, inner: str | None, count: int) -> str | None:
+    """The router's cursor after a page of server ``index`` whose own cursor is ``inner``:
+    more of that server, else the next server from its start, else None (the end)."""
+    if inner is not None:
+        return f"{index}~{inner}"
+    if index + 1 < count:
+        return f"{index + 1}~"
+    return None
+
+
+class Subscriptions:
+    """A router's change-feed subscriptions: its own ids (unique across servers) for each
+    server's subscription id, both ways."""
+
+    __slots__ = ("_by_server", "_ours")
+
+    def __init__(self) -> None:
+        self._ours: dict[int, tuple[ServerAddress, int]] = {}
+        self._by_server: dict[tuple[ServerAddress, int], int] = {}
+
+    def add(self, ours: int, server: ServerAddress, theirs: int) -> int:
+        self._ours[ours] = (server, theirs)
+        self._by_server[server, theirs] = ours
+        return ours
+
+    def pop(self, ours: int) -> tuple[ServerAddress, int] | None:
+        """Forget subscription ``ours``; where it lives, None when unknown."""
+        where = self._ours.pop(ours, None)
+        if where is not None:
+            del self._by_server[where]
+        return where
+
+    def ours(self, server: ServerAddress, theirs: int) -> int | None:
+        return self._by_server.get((server, theirs))

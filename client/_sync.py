@@ -57,14 +57,32 @@ from time import monotonic
 from types import TracebackType
 from typing import Any
 
-from protocol import Pong, Welcome
+import attrs
+
+from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage, Welcome
 
 from ._core import ClientCore, ClientStatistics, handshake_error, not_sent
 from ._errors import ClientClosed, ClientTimeout, ConnectionLost, LockClientError, ServerUnavailable
+from ._inspect import listing_request, release_request, subscribe_request, unsubscribe_request
 from ._placement import ServerAddress
-from ._sharding import Router, unavailable
+from ._sharding import Router, Subscriptions, join_cursor, split_cursor, unavailable
 from ._sync_session import Session, ShardedSession
-from ._wire import BATCH, END, HELLO, PING, RETRY, STATS, Batch, Wire
+from ._wire import (
+    BATCH,
+    END,
+    HELLO,
+    HOLDERS,
+    PING,
+    RELEASE,
+    RETRY,
+    SESSIONS,
+    STATS,
+    SUBSCRIBE,
+    UNSUBSCRIBE,
+    WAITERS,
+    Batch,
+    Wire,
+)
 
 __all__ = ["LockClient"]
 
@@ -189,6 +207,7 @@ class LockClient:
         self._router = router
         self._shards: dict[ServerAddress, LockClient] = {}
         self._shard_locks = {} if router is None else {s: threading.Lock() for s in router.servers}
+        self._subscriptions = Subscriptions()
         self._cond = threading.Condition(threading.Lock())
         self._send_lock = threading.Lock()
         self._connect_lock = threading.Lock()
@@ -317,6 +336,168 @@ class LockClient:
         with self._cond:
             in_flight = 0 if conn is None else len(conn.wire.pending)
             return self._core.statistics(in_flight)
+
+    # --- the operator's calls (docs/operations.md; PROTOCOL.md "Inspection and operations") ---
+
+    def holders(
+        self,
+        namespace: str | None = None,
+        table: str | None = None,
+        var: str | None = None,
+        *,
+        session: str | None = None,
+        match: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> HoldersPage:
+        """A page of the entries held (``table`` and ``var`` are prefixes, ``match`` a
+        substring of a description, ``limit`` 1..1,000, default 100): ``.holders`` and the
+        ``.cursor`` of the next page (None at the end). With tokens, only the namespaces the
+        principal may use. A client of several servers asks the namespace's server, or,
+        without a namespace, each server in turn (its cursor says which)."""
+        page: HoldersPage = self._listing(
+            "holders", HOLDERS, namespace, table, var, session, match, cursor, limit
+        )
+        return page
+
+    def sessions(
+        self,
+        namespace: str | None = None,
+        table: str | None = None,
+        var: str | None = None,
+        *,
+        session: str | None = None,
+        match: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> SessionsPage:
+        """A page of the sessions (filters as :meth:`holders`; ``namespace``, ``table`` and
+        ``var``: of an entry the session holds): ``.sessions`` and ``.cursor``."""
+        page: SessionsPage = self._listing(
+            "sessions", SESSIONS, namespace, table, var, session, match, cursor, limit
+        )
+        return page
+
+    def waiters(
+        self,
+        namespace: str | None = None,
+        table: str | None = None,
+        var: str | None = None,
+        *,
+        session: str | None = None,
+        match: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> WaitersPage:
+        """A page of the parked transactions (filters as :meth:`holders`): ``.waiters`` and
+        ``.cursor``."""
+        page: WaitersPage = self._listing(
+            "waiters", WAITERS, namespace, table, var, session, match, cursor, limit
+        )
+        return page
+
+    def _listing(
+        self,
+        kind: str,
+        wire_kind: int,
+        namespace: str | None,
+        table: str | None,
+        var: str | None,
+        session: str | None,
+        match: str | None,
+        cursor: str | None,
+        limit: int | None,
+    ) -> Any:
+        router = self._router
+        if router is None:
+            rid = self._core.next_id()
+            data = listing_request(
+                kind, rid, namespace, table, var, session=session, match=match, cursor=cursor,
+                limit=limit,
+            )  # fmt: skip
+            return self.request(wire_kind, rid, data, self.timeout)
+        args = (kind, wire_kind, namespace, table, var, session, match)
+        if namespace is not None:
+            server = self.place(namespace)
+            try:
+                return self.shard_client(server)._listing(*args, cursor, limit)
+            except ServerUnavailable as exc:
+                raise unavailable(server, exc) from exc
+        count = len(router.servers)
+        index, inner = split_cursor(cursor, count)
+        server = router.servers[index]
+        try:
+            page = self.shard_client(server)._listing(*args, inner, limit)
+        except ServerUnavailable as exc:
+            raise unavailable(server, exc) from exc
+        return attrs.evolve(page, cursor=join_cursor(index, page.cursor, count))
+
+    def release(
+        self, namespace: str, table: str, var: str, *, session: str | None = None
+    ) -> Released:
+        """Force-release: remove the entries of one variable (only ``session``'s when given),
+        waking its waiters; their holders get a ``lost`` event with reason ``released``. An
+        admin call: with tokens, it needs a token marked ``admin = true`` (else FORBIDDEN).
+        Returns how many entries went and the fence of the change. Never re-sent after a
+        dropped connection (a repeat could remove a later holder's entry)."""
+        if self._router is not None:
+            server = self.place(namespace)
+            try:
+                return self.shard_client(server).release(namespace, table, var, session=session)
+            except ServerUnavailable as exc:
+                raise unavailable(server, exc) from exc
+        rid = self._core.next_id()
+        data = release_request(rid, namespace, table, var, session)
+        return self.request(RELEASE, rid, data, self.timeout)  # type: ignore[no-any-return]
+
+    def subscribe(self, namespace: str, table: str | None = None) -> int:
+        """Subscribe this client to the change feed of ``namespace`` (one ``table`` of it
+        when given): grants, releases, expiries, lost locks and kills arrive as
+        :class:`~protocol.FeedEvent` values, taken with :meth:`feed_events` (this face reads
+        them while some call, or :meth:`process_events`, reads the connection). Returns the
+        subscription's id. A subscription lives as long as its connection: after a reconnect
+        (``local_statistics().connections`` grew) subscribe again; the events in between are
+        not sent."""
+        if self._router is not None:
+            server = self.place(namespace)
+            try:
+                theirs = self.shard_client(server).subscribe(namespace, table)
+            except ServerUnavailable as exc:
+                raise unavailable(server, exc) from exc
+            return self._subscriptions.add(self._core.next_id(), server, theirs)
+        rid = self._core.next_id()
+        data = subscribe_request(rid, namespace, table)
+        return self.request(SUBSCRIBE, rid, data, self.timeout)  # type: ignore[no-any-return]
+
+    def unsubscribe(self, subscription: int) -> bool:
+        """End a subscription; False when the server did not know it (its connection
+        dropped meanwhile, or it ended already)."""
+        if self._router is not None:
+            where = self._subscriptions.pop(subscription)
+            if where is None:
+                return False
+            return self.shard_client(where[0]).unsubscribe(where[1])
+        rid = self._core.next_id()
+        data = unsubscribe_request(rid, subscription)
+        return self.request(UNSUBSCRIBE, rid, data, self.timeout)  # type: ignore[no-any-return]
+
+    def feed_events(self) -> list[FeedEvent]:
+        """The change-feed events received since the last call, in arrival order (an event's
+        ``dropped`` counts the events the server could not send before it, because this
+        client did not read fast enough)."""
+        if self._router is not None:
+            out: list[FeedEvent] = []
+            for server, shard in list(self._shards.items()):
+                for event in shard.feed_events():
+                    ours = self._subscriptions.ours(server, event.subscription)
+                    if ours is not None:
+                        out.append(attrs.evolve(event, subscription=ours))
+            return out
+        conn = self._conn
+        if conn is None:
+            return []
+        with self._cond:
+            return conn.wire.take_feed()
 
     def process_events(self, timeout: float = 0.0) -> None:
         """Read the connection for up to ``timeout`` seconds (0: only what has arrived) and

@@ -143,6 +143,11 @@ _EXPECTED_BODY: tuple[type, ...] = (
 # they change nothing (ping, statistics, listings, a keepalive only touches the session) or end
 # in the same state when repeated (ending a session; the retry may then answer False, see
 # Session.end). A force-release is not: it may have removed a later holder's entry.
+#: Change-feed events a connection keeps until the application takes them (``feed_events()``);
+#: past it they are dropped and counted (``local_statistics().feed_dropped``), never held
+#: without bound.
+FEED_BUFFER = 10_000
+
 _RETRIABLE = frozenset({KEEPALIVE, END, STATS, PING, HOLDERS, SESSIONS, WAITERS})
 
 
@@ -313,7 +318,10 @@ class Wire(Generic[W]):
                 elif t is LockLost:
                     events.append(msg)  # type: ignore[arg-type]
                 elif t is FeedEvent:
-                    self.feed_events.append(msg)  # type: ignore[arg-type]
+                    if len(self.feed_events) < FEED_BUFFER:
+                        self.feed_events.append(msg)  # type: ignore[arg-type]
+                    else:  # nobody takes them: keep the oldest, count the rest
+                        self.core.feed_dropped += 1
                 else:
                     self._error_reply(msg, resolved)  # type: ignore[arg-type]
         except ProtocolError as exc:
