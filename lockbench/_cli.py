@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="blast suites per server, interleaved (each phase judged by its median run)",
     )
     p.add_argument(
+        "--shards",
+        type=_positive_int,
+        default=2,
+        help="lockserver shards of the blast part's 'N shards' suite (1: skip it)",
+    )
+    p.add_argument(
         "--parts",
         default="e2e,workloads,blast,profile",
         help="comma-separated subset of e2e,workloads,blast,profile (the summary is rebuilt "
@@ -269,6 +275,7 @@ def _cmd_sitting(args: argparse.Namespace, console: Console) -> int:
             parts=parts,
             repeats=args.repeats,
             blast_repeats=args.blast_repeats,
+            shards=args.shards,
         ),
         console,
     )
