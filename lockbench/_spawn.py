@@ -157,7 +157,8 @@ def _tail(log: IO[bytes], limit: int = 2000) -> str:
 def _start_lockserver(
     log: IO[bytes], shards: int = 1
 ) -> tuple[subprocess.Popen[bytes], list[tuple[str, int]]]:
-    cmd = [sys.executable, "-m", "lockserver", "--port", "0"]
+    # -P: PACKAGES_ROOT (on PYTHONPATH), not a checkout in the working directory, is the code.
+    cmd = [sys.executable, "-P", "-m", "lockserver", "--port", "0"]
     if shards > 1:
         cmd += ["--processes", str(shards)]
     proc = subprocess.Popen(

@@ -110,9 +110,12 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 
 
 def _command(argv: Sequence[str], port: int) -> list[str]:
-    # Appended flags win over earlier ones, the environment and the file.
+    # Appended flags win over earlier ones, the environment and the file. -P: the working
+    # directory does not go first on sys.path, so a checkout there cannot replace the code
+    # this supervisor runs (its package root is on PYTHONPATH).
     return [
         sys.executable,
+        "-P",
         "-m",
         "lockserver",
         *argv,

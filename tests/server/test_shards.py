@@ -84,14 +84,15 @@ def _kill_quietly(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def _start(launch: list[Command], *args: str, env: dict[str, str] | None = None) -> Command:
+def _start(launch: list[Command], *args: str, cwd: Path | None = None) -> Command:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "lockserver", "--host", "127.0.0.1", *args],
+        [sys.executable, "-P", "-m", "lockserver", "--host", "127.0.0.1", *args],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=cwd,
     )
     command = Command(proc)
     launch.append(command)
@@ -208,6 +209,23 @@ def test_a_shard_that_cannot_listen_stops_the_others(launch: list[Command]) -> N
     assert "lockserver shards" not in out
     assert f"lockserver: error: cannot listen on 127.0.0.1:{first + 2}" in err
     assert "shard 2" in err and "could not start" in err
+
+
+def test_shards_run_the_supervisors_code_whatever_the_working_directory(
+    launch: list[Command], tmp_path: Path
+) -> None:
+    """Started from a directory holding another ``lockserver`` package (another checkout),
+    the shards still run the supervisor's code, not that one."""
+    impostor = tmp_path / "lockserver"
+    impostor.mkdir()
+    (impostor / "__init__.py").write_text("")
+    (impostor / "__main__.py").write_text("import sys\nprint('impostor')\nsys.exit(3)\n")
+    command = _start(launch, "--port", "0", "--processes", "2", cwd=tmp_path)
+    command.read_until("lockserver shards: ")
+    _ping_all(command.ports())
+    command.proc.send_signal(signal.SIGTERM)
+    code, out, _ = command.finish()
+    assert (code, out) == (0, "")
 
 
 def test_one_process_is_the_plain_server(launch: list[Command]) -> None:
