@@ -12,6 +12,14 @@ Modes:
   *scheduled* send time (no coordinated omission: a late send counts its lateness) and, in
   ``extra.service_latency_us``, from the actual send.
 
+Several servers (shards): ``--target lockserver://127.0.0.1:7400-7401`` names them, ``--spawn
+--shards N`` starts N (``lockserver --processes N``). ``--connections`` is then **per server**:
+each server gets its own connections, carrying only the namespaces placed on it
+(:mod:`._sharding`), so every server sees the load one server sees alone; the result counts
+transactions per server and in total, and the server CPU and RSS figures are the shards' sums.
+The mutex keys spread over 16 namespaces per server (``lb-0``, ...) with one server too, so
+"1 server" and "N shards" run the same workload.
+
 ``--prefill N`` first loads N held entries, then reports the server's RSS before and after and
 the bytes per entry. ``--suite`` runs the issue's four capacity figures against one prefilled
 server: 1 connection pipelined; 64 connections unpipelined; 1 connection strict
@@ -29,7 +37,15 @@ from typing import Any
 import attrs
 from rich.console import Console
 
-from ._blaster import RING_KEYS, BlastSpec, blast_worker, prefill, server_entries
+from ._blaster import (
+    PREFILL_PER_TX,
+    RING_KEYS,
+    BlastSpec,
+    ServerShare,
+    blast_worker,
+    prefill,
+    server_entries,
+)
 from ._hdr import LatencyHistogram
 from ._profile import profile_report, profiled
 from ._report import LiveProgress
@@ -40,18 +56,20 @@ from ._runner import (
     MAX_DURATION,
     Execution,
     execute,
-    open_target,
+    open_servers,
     split,
     window_figures,
 )
 from ._sampler import ServerProbe
+from ._sharding import namespace_pool, plan, prefill_batches
 from ._spawn import ServerProcess
-from ._targets import Target, check_loopback
+from ._targets import Backend, Target, check_loopback
 
 __all__ = ["BlastConfig", "run_blast"]
 
 SUITE_PIPELINE = 64
 SUITE_CONNECTIONS = 64
+MAX_SHARDS = 64  # spawned shards: more than this machine's cores by far
 
 
 @attrs.frozen
@@ -71,11 +89,25 @@ class BlastConfig:
     suite: bool = False
     interval: float = 0.5
     profile: str | None = None  # path prefix: py-spy the server during the phases
+    shards: int = 1  # with spawn: lockserver shard processes to start
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad option (TargetError for a target that is
         not on loopback, before anything is sent)."""
         check_loopback(self.target.host)
+        for host, _ in self.target.others:
+            check_loopback(host)
+        if not 1 <= self.shards <= MAX_SHARDS:
+            raise ValueError(f"--shards must be in 1..{MAX_SHARDS}, got {self.shards}")
+        if self.shards > 1 and not self.spawn:
+            raise ValueError(
+                "--shards N starts N servers (needs --spawn); name running ones in the "
+                "target instead: lockserver://HOST:FIRST-LAST"
+            )
+        if self.shards > 1 and self.target.backend is not Backend.LOCKSERVER:
+            raise ValueError("--shards: only lockserver runs as shards")
+        if self.profile is not None and (self.shards > 1 or self.target.others):
+            raise ValueError("--profile samples one server: drop it or blast one server")
         if self.connections < 1 or self.pipeline < 1:
             raise ValueError("--connections and --pipeline must be >= 1")
         if self.pipeline > RING_KEYS:
@@ -106,16 +138,53 @@ class _Phase:
     rate: float | None = None
 
 
+@attrs.frozen
+class _Servers:
+    """What a blast drives: the concrete target, each server's process (or None) and the
+    namespaces placed on each (lockserver)."""
+
+    target: Target
+    processes: tuple[ServerProcess | None, ...]
+    namespaces: list[tuple[str, ...]]
+
+    @property
+    def count(self) -> int:
+        return len(self.processes)
+
+    def probe(self) -> ServerProbe:
+        """A probe over every server (CPU and RSS summed)."""
+        t = self.target
+        assert t.port is not None
+        others = [p or ServerProcess(h, pt, None, False) for p, (h, pt) in self._rest()]
+        return ServerProbe(t.backend, t.host, t.port, self.processes[0], others)
+
+    def _rest(self) -> list[tuple[ServerProcess | None, tuple[str, int]]]:
+        return list(zip(self.processes[1:], self.target.others, strict=True))
+
+
 def run_blast(config: BlastConfig, console: Console | None = None) -> list[Result]:
     """Run the blast (one phase, or the suite); one Result per phase."""
     config.validate()
     run_id = uuid.uuid4().hex[:8]
     results: list[Result] = []
-    with open_target(config.target, config.spawn) as (target, server):
-        assert target.port is not None
+    with open_servers(config.target, config.spawn, config.shards) as (target, processes):
+        addresses = target.addresses
+        placed: list[tuple[str, ...]] = [()]  # Redis: no namespaces
+        if target.backend is Backend.LOCKSERVER:
+            placed = plan(addresses)
+        servers = _Servers(target, processes, placed)
+        if console is not None and servers.count > 1:
+            console.print(
+                f"{servers.count} servers, {config.connections} connection(s) each: "
+                + "; ".join(
+                    f"{h}:{p} {len(ns)} namespaces"
+                    for (h, p), ns in zip(addresses, placed, strict=True)
+                )
+            )
         memory: dict[str, Any] = {}
         if config.prefill:
-            memory = _do_prefill(config, target, server, run_id, console)
+            memory = _do_prefill(config, servers, run_id, console)
+        per_server = "" if servers.count == 1 else " per server"
         if not config.suite:
             phases = [
                 _Phase(
@@ -130,28 +199,30 @@ def run_blast(config: BlastConfig, console: Console | None = None) -> list[Resul
             phases = [
                 _Phase(
                     "capacity-1conn-pipelined",
-                    f"1 connection, {SUITE_PIPELINE} requests in flight",
+                    f"1 connection{per_server}, {SUITE_PIPELINE} requests in flight",
                     1,
                     SUITE_PIPELINE,
                 ),
                 _Phase(
                     "capacity-64conn",
-                    f"{SUITE_CONNECTIONS} connections, 1 request in flight each",
+                    f"{SUITE_CONNECTIONS} connections{per_server}, 1 request in flight each",
                     SUITE_CONNECTIONS,
                     1,
                 ),
-                _Phase("strict-rr-1conn", "1 connection, strict request/response", 1, 1),
+                _Phase(
+                    "strict-rr-1conn", f"1 connection{per_server}, strict request/response", 1, 1
+                ),
             ]
+        server = processes[0]
         if config.profile is not None and (server is None or server.pid is None):
             raise RuntimeError("--profile needs the server's pid (use --spawn)")
-        _run_phases(config, target, server, phases, run_id, memory, console, results)
+        _run_phases(config, servers, phases, run_id, memory, console, results)
     return results
 
 
 def _run_phases(
     config: BlastConfig,
-    target: Target,
-    server: ServerProcess | None,
+    servers: _Servers,
     phases: list[_Phase],
     run_id: str,
     memory: dict[str, Any],
@@ -159,35 +230,42 @@ def _run_phases(
     results: list[Result],
 ) -> None:
     for phase in phases:
-        results.append(_run_phase(config, target, server, phase, run_id, memory, console))
+        results.append(_run_phase(config, servers, phase, run_id, memory, console))
     if config.suite:
         half = results[1].requests_per_s / 2
+        per_server = "" if servers.count == 1 else " per server"
         paced = _Phase(
             "paced-64conn-half",
-            f"{SUITE_CONNECTIONS} connections paced at half of capacity-64conn",
+            f"{SUITE_CONNECTIONS} connections{per_server} paced at half of capacity-64conn",
             SUITE_CONNECTIONS,
             1,
             half,
         )
-        results.append(_run_phase(config, target, server, paced, run_id, memory, console))
+        results.append(_run_phase(config, servers, paced, run_id, memory, console))
 
 
 def _do_prefill(
     config: BlastConfig,
-    target: Target,
-    server: ServerProcess | None,
+    servers: _Servers,
     run_id: str,
     console: Console | None,
 ) -> dict[str, Any]:
-    assert target.port is not None
-    proc = server.process() if server is not None else None
-    before = proc.memory_info().rss if proc is not None else None
+    target = servers.target
+    procs = [s.process() if s is not None else None for s in servers.processes]
+    known = all(p is not None for p in procs)
+    before = sum(p.memory_info().rss for p in procs if p is not None) if known else None
     if console is not None:
         console.print(f"prefilling {config.prefill:,} entries ...")
-    seconds = prefill(target.backend, target.host, target.port, config.prefill, run_id)
+    # Transaction j's namespace is the pool's j-th (cyclically); it goes where that lives.
+    batches = prefill_batches(config.prefill, namespace_pool(servers.count), PREFILL_PER_TX)
+    seconds = 0.0
+    for (host, port), names in zip(target.addresses, servers.namespaces, strict=True):
+        mine = [b for b in batches if b[0] in names] if target.backend is Backend.LOCKSERVER else []
+        seconds += prefill(target.backend, host, port, config.prefill, run_id, mine)
     time.sleep(0.5)
-    after = proc.memory_info().rss if proc is not None else None
-    held = server_entries(target.backend, target.host, target.port)
+    after = sum(p.memory_info().rss for p in procs if p is not None) if known else None
+    counts = [server_entries(target.backend, h, p) for h, p in target.addresses]
+    held = None if None in counts else sum(c for c in counts if c is not None)
     out: dict[str, Any] = {
         "prefill_entries": config.prefill,
         "prefill_seconds": round(seconds, 2),
@@ -195,6 +273,8 @@ def _do_prefill(
         "rss_before_bytes": before,
         "rss_after_prefill_bytes": after,
     }
+    if servers.count > 1:
+        out["entries_held_per_server"] = counts
     if before is not None and after is not None:
         out["bytes_per_entry"] = round((after - before) / config.prefill, 1)
     if console is not None:
@@ -210,38 +290,48 @@ def _do_prefill(
     return out
 
 
+def _specs(
+    config: BlastConfig, servers: _Servers, phase: _Phase, run_id: str
+) -> tuple[int, list[BlastSpec]]:
+    """(blaster processes, their specs): each server's ``phase.connections`` split over the
+    processes, every process driving its share of every server."""
+    processes = min(config.processes, phase.connections)
+    conns = split(phase.connections, processes)
+    counts = split(config.count, processes)
+    total_conns = phase.connections * servers.count
+    rate_per_conn = None if phase.rate is None else phase.rate / total_conns
+    specs = []
+    first = [s * phase.connections for s in range(servers.count)]
+    for w in range(processes):
+        shares = []
+        for s, (host, port) in enumerate(servers.target.addresses):
+            shares.append(ServerShare(s, host, port, first[s], conns[w], servers.namespaces[s]))
+            first[s] += conns[w]
+        specs.append(
+            BlastSpec(
+                servers.target.backend,
+                tuple(shares),
+                phase.pipeline,
+                max(1, counts[w]),
+                rate_per_conn,
+                run_id,
+                servers.count,
+            )
+        )
+    return processes, specs
+
+
 def _run_phase(
     config: BlastConfig,
-    target: Target,
-    server: ServerProcess | None,
+    servers: _Servers,
     phase: _Phase,
     run_id: str,
     memory: dict[str, Any],
     console: Console | None,
 ) -> Result:
-    assert target.port is not None
-    processes = min(config.processes, phase.connections)
-    conns = split(phase.connections, processes)
-    counts = split(config.count, processes)
-    rate_per_conn = None if phase.rate is None else phase.rate / phase.connections
-    specs = []
-    first = 0
-    for w in range(processes):
-        specs.append(
-            BlastSpec(
-                target.backend,
-                target.host,
-                target.port,
-                first,
-                conns[w],
-                phase.pipeline,
-                max(1, counts[w]),
-                rate_per_conn,
-                run_id,
-            )
-        )
-        first += conns[w]
-    probe = ServerProbe(target.backend, target.host, target.port, server)
+    target, server = servers.target, servers.processes[0]
+    processes, specs = _specs(config, servers, phase, run_id)
+    probe = servers.probe()
     gc_before = _gc_figures(probe)
     profile: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     raw = f"{config.profile}-{phase.name}.raw.txt"
@@ -267,7 +357,13 @@ def _run_phase(
         probe.close()
     if gc_before is not None and gc_after is not None:
         memory = {**memory, "server_gc": _gc_delta(gc_before, gc_after)}
-    result = _phase_result(config, target, phase, processes, ex, memory)
+    result = _phase_result(config, servers, phase, processes, ex, memory)
+    if console is not None and servers.count > 1:
+        console.print(
+            f"{phase.name}: {result.requests_per_s:,.0f} tx/s over {servers.count} servers, "
+            f"{phase.connections} connection(s) each: "
+            + ", ".join(f"{x['server']} {x['tx_per_s']:,.0f}" for x in result.extra["servers"])
+        )
     if config.profile is not None and Path(raw).exists():
         summary = profile_report(
             raw,
@@ -282,12 +378,22 @@ def _run_phase(
 
 
 def _gc_figures(probe: ServerProbe) -> dict[str, list[float]] | None:
-    """The lockserver's collector counters (statistics ``gc``), or None (Redis, no answer)."""
-    stats = probe.statistics()
-    gc = None if stats is None else stats.get("gc")
-    if not isinstance(gc, dict) or "collections" not in gc or "pause_total_ms" not in gc:
-        return None
-    return {"collections": list(gc["collections"]), "pause_total_ms": list(gc["pause_total_ms"])}
+    """The lockserver's collector counters (statistics ``gc``), summed over the servers, or
+    None (Redis, no answer)."""
+    total: dict[str, list[float]] | None = None
+    for stats in probe.statistics_each():
+        gc = None if stats is None else stats.get("gc")
+        if not isinstance(gc, dict) or "collections" not in gc or "pause_total_ms" not in gc:
+            return None
+        figures = {
+            "collections": list(gc["collections"]),
+            "pause_total_ms": list(gc["pause_total_ms"]),
+        }
+        if total is None:
+            total = figures
+        else:
+            total = {k: [a + b for a, b in zip(total[k], figures[k], strict=True)] for k in total}
+    return total
 
 
 def _gc_delta(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, Any]:
@@ -301,15 +407,18 @@ def _gc_delta(before: dict[str, list[float]], after: dict[str, list[float]]) -> 
 
 def _phase_result(
     config: BlastConfig,
-    target: Target,
+    servers: _Servers,
     phase: _Phase,
     processes: int,
     ex: Execution,
     memory: dict[str, Any],
 ) -> Result:
+    target = servers.target
     w = window_figures(ex)
     elapsed, ops, cpu_s = w["elapsed"], w["ops"], w["cpu_s"]
     extra: dict[str, Any] = {"phase": phase.summary, **memory, **w["cpu_use"]}
+    if servers.count > 1:
+        extra["servers"] = _per_server(servers, phase, ex, elapsed)
     if phase.rate is not None:
         extra["rate_target"] = round(phase.rate, 1)
         service = LatencyHistogram()
@@ -329,6 +438,8 @@ def _phase_result(
         "prefill": config.prefill,
         "rate": phase.rate,
     }
+    if servers.count > 1:  # only then: one-server results pair with earlier files
+        params["servers"] = servers.count
     return Result(
         name=phase.name,
         kind="blast",
@@ -354,3 +465,22 @@ def _phase_result(
         timeline=w["timeline"],
         extra=extra,
     )
+
+
+def _per_server(
+    servers: _Servers, phase: _Phase, ex: Execution, elapsed: float
+) -> list[dict[str, Any]]:
+    """Each server's share of the window: its address, connections, namespaces, replies."""
+    out = []
+    for s, (host, port) in enumerate(servers.target.addresses):
+        tx = sum(r.per_server[s] for r in ex.reports if r.per_server)
+        out.append(
+            {
+                "server": f"{host}:{port}",
+                "connections": phase.connections,
+                "namespaces": len(servers.namespaces[s]),
+                "tx": tx,
+                "tx_per_s": round(tx / elapsed, 3),
+            }
+        )
+    return out

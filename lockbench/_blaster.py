@@ -15,6 +15,12 @@ entries and measure the growth instead). A connection's requests are served in o
 acquire succeeds; both halves count as transactions (tx/s = replies/s). Redis gets the same via
 EVALSHA of the seed-001 scripts (SET NX PX / compare-and-DEL).
 
+Several servers (shards): one process drives connections to each server (a spec's
+:class:`ServerShare` per server: its address, its connections, its namespaces). A lockserver
+connection's keys spread over the namespaces :mod:`._sharding` placed on its server, key *k*
+of connection *c* in ``namespaces[(c + k) % len(namespaces)]``, so each server gets exactly
+its own namespaces' traffic; the report counts replies per server as well as in total.
+
 Sending: each connection keeps ``pipeline`` requests in flight (refilled as replies come), or,
 paced (``rate_per_conn``, one in flight), sends on a fixed schedule; then latency is measured
 from the *scheduled* send time whenever the connection was still waiting for its previous
@@ -38,7 +44,7 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -61,12 +67,15 @@ from protocol import (
 )
 
 from ._hdr import LatencyHistogram
+from ._sharding import prefill_batches
 from ._targets import Backend
 from ._worker import Gate, Recorder, WorkerReport
 
 __all__ = [
+    "PREFILL_PER_TX",
     "RING_KEYS",
     "BlastSpec",
+    "ServerShare",
     "blast_worker",
     "encode_request",
     "lockserver_ring",
@@ -94,33 +103,47 @@ def encode_request(request: Request) -> bytes:
 
 
 @attrs.frozen
-class BlastSpec:
-    """One blaster process's share (picklable)."""
+class ServerShare:
+    """One server's part of a blaster process's load (picklable)."""
 
-    backend: Backend
+    server: int  # the server's index in the target's list (for the per-server counts)
     host: str
     port: int
-    first_conn: int
+    first_conn: int  # global index of its first connection (keys and sessions are per index)
     connections: int
+    namespaces: tuple[str, ...] = (NAMESPACE,)  # lockserver: the namespaces placed on it
+
+
+@attrs.frozen
+class BlastSpec:
+    """One blaster process's load (picklable): a share of each server."""
+
+    backend: Backend
+    shares: tuple[ServerShare, ...]
     pipeline: int
     count: int
     rate_per_conn: float | None  # paced mode: sends per second per connection
     run_id: str
+    servers: int = 1  # how many servers the whole blast drives (the per-server counts' size)
 
 
 # --- the pre-encoded requests -----------------------------------------------------------------
 
 
-def lockserver_ring(conn_index: int, run_id: str) -> list[bytes]:
-    """The frames of one connection: acquire/release pairs over RING_KEYS keys, each with its
-    own request id (ids are reused only after a full turn of the ring)."""
+def lockserver_ring(
+    conn_index: int, run_id: str, namespaces: tuple[str, ...] = (NAMESPACE,)
+) -> list[bytes]:
+    """The frames of one connection: acquire/release pairs over RING_KEYS keys, key *k* in
+    ``namespaces[(conn_index + k) % len(namespaces)]``, each with its own request id (ids are
+    reused only after a full turn of the ring)."""
     session = SessionSpec(f"blast-{run_id}-{conn_index}")
     frames = []
     rid = 1
     for k in range(RING_KEYS):
         key, ticket = f"b{conn_index}:{k}", f"t{conn_index}.{k}"
-        acquire = Transaction(NAMESPACE, [Assert(SetVar("Mutex", key, ticket))])
-        release = Transaction(NAMESPACE, [AnywayContinueAfter(DeleteVar("Mutex", key, ticket))])
+        ns = namespaces[(conn_index + k) % len(namespaces)]
+        acquire = Transaction(ns, [Assert(SetVar("Mutex", key, ticket))])
+        release = Transaction(ns, [AnywayContinueAfter(DeleteVar("Mutex", key, ticket))])
         frames.append(encode_request(Execute(rid, session, acquire)))
         frames.append(encode_request(Execute(rid + 1, session, release)))
         rid += 2
@@ -163,11 +186,13 @@ class _Conn:
         "next",
         "rbuf",
         "sent",
+        "server",
         "sock",
     )
 
-    def __init__(self, sock: socket.socket, frames: list[bytes]) -> None:
+    def __init__(self, sock: socket.socket, frames: list[bytes], server: int = 0) -> None:
         self.sock = sock
+        self.server = server  # index of its server, for the per-server counts
         self.frames = frames
         self.n_frames = len(frames)
         self.next = 0  # index of the next frame to send
@@ -266,16 +291,17 @@ def blast_worker(
     """Connect, wait at the gate, blast until the window closes; report replies and latency."""
     conns: list[_Conn] = []
     try:
-        for i in range(spec.connections):
-            index = spec.first_conn + i
-            sock = _connect(spec.host, spec.port)
-            buf = bytearray()
-            if spec.backend is Backend.LOCKSERVER:
-                lockserver_handshake(sock, buf)
-                frames = lockserver_ring(index, spec.run_id)
-            else:
-                frames = redis_ring(index, *redis_load_scripts(sock, buf))
-            conns.append(_Conn(sock, frames))
+        for share in spec.shares:
+            for i in range(share.connections):
+                index = share.first_conn + i
+                sock = _connect(share.host, share.port)
+                buf = bytearray()
+                if spec.backend is Backend.LOCKSERVER:
+                    lockserver_handshake(sock, buf)
+                    frames = lockserver_ring(index, spec.run_id, share.namespaces)
+                else:
+                    frames = redis_ring(index, *redis_load_scripts(sock, buf))
+                conns.append(_Conn(sock, frames, share.server))
         measure_at, end_at = gate.wait()
         return _blast_loop(spec, conns, measure_at, end_at, publish)
     finally:
@@ -325,6 +351,7 @@ def _blast_epoll(
         else:
             c.send(spec.pipeline, perf())
     index_of = {c: i for i, c in enumerate(conns)}
+    per_server = [0] * spec.servers  # replies in the window, by server
     replies = 0  # all replies seen (for the 1-in-64 sampling)
     measuring = False
     next_publish = 0.0
@@ -338,6 +365,7 @@ def _blast_epoll(
             rec.hist.reset()
             from_schedule.reset()
             rec.ops = rec.requests = rec.acquires = rec.acquired = 0
+            per_server = [0] * spec.servers
         if publish is not None and now >= next_publish:
             next_publish = now + 0.1
             publish(rec)
@@ -406,6 +434,7 @@ def _blast_epoll(
                     schedule_record(t - sched.popleft())
             rec.ops += n
             rec.requests += n
+            per_server[c.server] += n
             c.inflight -= n
             if not paced:
                 c.send(n, t)
@@ -415,7 +444,7 @@ def _blast_epoll(
     finished = mono()
     if publish is not None:
         publish(rec)
-    report = rec.report(finished)
+    report = attrs.evolve(rec.report(finished), per_server=tuple(per_server))
     if paced:
         # The headline latency of a paced run is the one from the schedule; the one from the
         # actual send goes along as the "service" latency.
@@ -440,15 +469,26 @@ def _check_lockserver(payload: bytes, rec: Recorder) -> None:
 # --- prefill and server figures ---------------------------------------------------------------
 
 
-def prefill(backend: Backend, host: str, port: int, n: int, run_id: str) -> float:
-    """Load ``n`` held entries; return the seconds it took."""
+def prefill(
+    backend: Backend,
+    host: str,
+    port: int,
+    n: int,
+    run_id: str,
+    batches: Sequence[tuple[str, int, int]] | None = None,
+) -> float:
+    """Load ``n`` held entries; return the seconds it took. lockserver: ``batches`` says which
+    transactions this server gets, as (namespace, first, stop) entry ranges (default: all
+    ``n`` in the one namespace of a single-server blast)."""
     t0 = time.monotonic()
     sock = _connect(host, port)
     sock.settimeout(120)
     buf = bytearray()
     try:
         if backend is Backend.LOCKSERVER:
-            _prefill_lockserver(sock, buf, n, run_id)
+            if batches is None:
+                batches = prefill_batches(n, (NAMESPACE,), PREFILL_PER_TX)
+            _prefill_lockserver(sock, buf, batches, run_id)
         else:
             _prefill_redis(sock, buf, n)
     finally:
@@ -456,7 +496,9 @@ def prefill(backend: Backend, host: str, port: int, n: int, run_id: str) -> floa
     return time.monotonic() - t0
 
 
-def _prefill_lockserver(sock: socket.socket, buf: bytearray, n: int, run_id: str) -> None:
+def _prefill_lockserver(
+    sock: socket.socket, buf: bytearray, batches: Sequence[tuple[str, int, int]], run_id: str
+) -> None:
     lockserver_handshake(sock, buf)
     rid = 1
     in_flight = 0
@@ -469,13 +511,14 @@ def _prefill_lockserver(sock: socket.socket, buf: bytearray, n: int, run_id: str
             if reply.get("type") != "result" or reply.get("status") != _OK:
                 raise RuntimeError(f"prefill transaction failed: {str(reply)[:300]}")
 
-    for start in range(0, n, PREFILL_PER_TX):
-        stop = min(n, start + PREFILL_PER_TX)
+    for namespace, start, stop in batches:
+        # Entry i's session is the same whatever server it lands on: at most
+        # PREFILL_PER_SESSION entries per session on each.
         session = SessionSpec(
             f"prefill-{run_id}-{start // PREFILL_PER_SESSION}", max_age=PREFILL_MAX_AGE
         )
         statements = [Assert(SetVar("Mutex", f"pf:{i}", f"t{i}")) for i in range(start, stop)]
-        sock.sendall(encode_request(Execute(rid, session, Transaction(NAMESPACE, statements))))
+        sock.sendall(encode_request(Execute(rid, session, Transaction(namespace, statements))))
         rid += 1
         in_flight += 1
         collect(PREFILL_IN_FLIGHT)

@@ -38,8 +38,9 @@ def _positive_int(text: str) -> int:
 def _add_target(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target",
-        help="lockserver://HOST:PORT or redis://HOST:PORT (loopback only); with --spawn the "
-        "scheme alone (e.g. redis://) selects what to start",
+        help="lockserver://HOST:PORT or redis://HOST:PORT (loopback only); several lockserver "
+        "shards: lockserver://HOST:FIRST-LAST or a comma list; with --spawn the scheme alone "
+        "(e.g. redis://) selects what to start",
     )
     p.add_argument(
         "--spawn",
@@ -94,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=_positive_int, default=DEFAULT_COUNT, help="max requests")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds, not measured")
     p.add_argument("--processes", type=_positive_int, default=1)
+    p.add_argument(
+        "--shards",
+        type=_positive_int,
+        default=1,
+        help="with --spawn: start N lockserver shards (lockserver --processes N); "
+        "--connections is then per server",
+    )
     p.add_argument("--prefill", type=int, default=0, help="entries held before measuring")
     p.add_argument("--rate", type=float, help="paced mode: total requests/s (needs --pipeline 1)")
     p.add_argument(
@@ -121,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=3,
         help="blast suites per server, interleaved (each phase judged by its median run)",
+    )
+    p.add_argument(
+        "--shards",
+        type=_positive_int,
+        default=2,
+        help="lockserver shards of the blast part's 'N shards' suite (1: skip it)",
     )
     p.add_argument(
         "--parts",
@@ -233,6 +247,7 @@ def _cmd_blast(args: argparse.Namespace, console: Console) -> int:
         rate=args.rate,
         suite=args.suite,
         profile=args.profile,
+        shards=args.shards,
     )
     results = run_blast(config, console)
     print_results(console, results, "lockbench blast")
@@ -260,6 +275,7 @@ def _cmd_sitting(args: argparse.Namespace, console: Console) -> int:
             parts=parts,
             repeats=args.repeats,
             blast_repeats=args.blast_repeats,
+            shards=args.shards,
         ),
         console,
     )

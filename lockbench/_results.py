@@ -90,6 +90,8 @@ class Result:
             shape += f"/p{p['pipeline']}"
         if p.get("processes", 1) != 1:
             shape += f"/P{p['processes']}"
+        if p.get("servers", 1) != 1:
+            shape += f"/S{p['servers']}"
         return f"{self.backend} {self.name} {self.client} {shape}"
 
     def to_json(self) -> dict[str, Any]:

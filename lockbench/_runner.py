@@ -31,7 +31,7 @@ from ._hdr import LatencyHistogram
 from ._profile import profile_report, profiled
 from ._results import Result
 from ._sampler import Sample, Sampler, ServerProbe
-from ._spawn import ServerProcess, find_pid_by_port, spawned
+from ._spawn import ServerProcess, find_pid_by_port, spawned, spawned_shards
 from ._targets import Target, check_loopback
 from ._worker import Gate, Recorder, WorkerReport, WorkerSpec, run_worker
 from ._workloads import WORKLOADS, WorkloadParams
@@ -45,6 +45,7 @@ __all__ = [
     "MAX_DURATION",
     "RunConfig",
     "open_target",
+    "open_servers",
     "run",
     "split",
 ]
@@ -93,6 +94,12 @@ class RunConfig:
         """Raise ValueError naming the first bad option (TargetError for a target that is
         not on loopback, before anything is sent)."""
         check_loopback(self.target.host)
+        if self.target.others:
+            raise ValueError(
+                "lockbench run drives one server (the Python client's own placement over "
+                "several servers comes with LockClient(servers=...)); blast several with "
+                "lockbench blast"
+            )
         if self.workload not in WORKLOADS:
             raise ValueError(f"unknown workload {self.workload!r} (known: {', '.join(WORKLOADS)})")
         if self.connections < 1:
@@ -167,6 +174,28 @@ def open_target(target: Target, spawn: bool) -> Iterator[tuple[Target, ServerPro
     assert target.port is not None
     pid = find_pid_by_port(target.port)
     yield target, ServerProcess(target.host, target.port, pid, spawned=False)
+
+
+@contextlib.contextmanager
+def open_servers(
+    target: Target, spawn: bool, shards: int = 1
+) -> Iterator[tuple[Target, tuple[ServerProcess | None, ...]]]:
+    """Like :func:`open_target`, for a target of one server or several: the concrete target
+    and one ServerProcess per server (with ``spawn``, ``shards`` lockserver shards are started
+    by ``lockserver --processes SHARDS``)."""
+    if spawn and shards > 1:
+        with spawned_shards(shards) as servers:
+            yield target.with_addresses([(s.host, s.port) for s in servers]), servers
+        return
+    if not spawn and target.others:
+        found = tuple(
+            ServerProcess(host, port, find_pid_by_port(port), spawned=False)
+            for host, port in target.addresses
+        )
+        yield target, found
+        return
+    with open_target(target, spawn) as (concrete, server):
+        yield concrete, (server,)
 
 
 def worker_specs(config: RunConfig, host: str, port: int) -> list[WorkerSpec]:

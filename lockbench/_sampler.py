@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -49,22 +49,36 @@ class Sample:
 
 
 class ServerProbe:
-    """Reads a server's process figures and (lockserver) its self-reported trust and uptime."""
+    """Reads a server's process figures and (lockserver) its self-reported trust and uptime.
+    Over several servers (shards, ``others``): CPU and RSS are their sums, trust and uptime
+    the first server's, and :meth:`statistics_each` has every server's statistics."""
 
-    def __init__(self, backend: Backend, host: str, port: int, server: ServerProcess | None):
+    def __init__(
+        self,
+        backend: Backend,
+        host: str,
+        port: int,
+        server: ServerProcess | None,
+        others: Sequence[ServerProcess] = (),
+    ):
         self.backend = backend
-        self._proc = server.process() if server is not None else None
-        self._client: Any = None
+        first = server.process() if server is not None else None
+        self._procs = [first, *(o.process() for o in others)]
+        self._clients: list[Any] = []
         if backend is Backend.LOCKSERVER:
             from client import LockClient
 
-            with contextlib.suppress(Exception):
-                self._client = LockClient(host, port, client_name="lockbench-probe", timeout=2.0)
+            for h, p in [(host, port), *((o.host, o.port) for o in others)]:
+                client = None
+                with contextlib.suppress(Exception):
+                    client = LockClient(h, p, client_name="lockbench-probe", timeout=2.0)
+                self._clients.append(client)
+        self._client = self._clients[0] if self._clients else None
 
     @property
     def has_process(self) -> bool:
-        """Whether CPU and RSS can be read."""
-        return self._proc is not None
+        """Whether CPU and RSS can be read (of every server)."""
+        return all(p is not None for p in self._procs)
 
     def machine_figures(self) -> tuple[float | None, float | None]:
         """(machine busy CPU seconds, CPU seconds of lockbench's own processes): with the
@@ -74,10 +88,10 @@ class ServerProbe:
             busy = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
             busy += getattr(t, "steal", 0.0)
             me = psutil.Process()
-            server_pid = None if self._proc is None else self._proc.pid
+            server_pids = {p.pid for p in self._procs if p is not None}
             client = 0.0
             for proc in [me, *me.children(recursive=True)]:
-                if proc.pid == server_pid:
+                if proc.pid in server_pids:
                     continue
                 with contextlib.suppress(psutil.Error):
                     c = proc.cpu_times()
@@ -87,16 +101,22 @@ class ServerProbe:
             return None, None
 
     def process_figures(self) -> tuple[float | None, float | None, int | None]:
-        """(CPU seconds, of which system, RSS bytes) of the server process, or Nones."""
-        if self._proc is None:
-            return None, None, None
-        try:
-            with self._proc.oneshot():
-                cpu = self._proc.cpu_times()
-                rss = int(self._proc.memory_info().rss)
-                return cpu.user + cpu.system, cpu.system, rss
-        except Exception:
-            return None, None, None
+        """(CPU seconds, of which system, RSS bytes) of the server process (summed over the
+        servers), or Nones when any is unknown."""
+        cpu = sys_s = 0.0
+        rss = 0
+        for proc in self._procs:
+            if proc is None:
+                return None, None, None
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    rss += int(proc.memory_info().rss)
+                    cpu += times.user + times.system
+                    sys_s += times.system
+            except Exception:
+                return None, None, None
+        return cpu, sys_s, rss
 
     def trust_uptime(self) -> tuple[float | None, float | None]:
         """(trust, uptime) from a ping on the side connection, or Nones."""
@@ -110,16 +130,25 @@ class ServerProbe:
 
     def statistics(self) -> dict[str, Any] | None:
         """The server's own statistics (lockserver: GetStatistics; Redis: INFO figures)."""
-        if self._client is not None:
-            with contextlib.suppress(Exception):
-                return dict(self._client.statistics())
-        return None
+        return self.statistics_each()[0] if self._client is not None else None
+
+    def statistics_each(self) -> list[dict[str, Any] | None]:
+        """Every server's statistics, in server order (None where there is no answer)."""
+        out: list[dict[str, Any] | None] = []
+        for client in self._clients:
+            stats = None
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    stats = dict(client.statistics())
+            out.append(stats)
+        return out
 
     def close(self) -> None:
-        """Close the side connection."""
-        if self._client is not None:
-            with contextlib.suppress(Exception):
-                self._client.close()
+        """Close the side connections."""
+        for client in self._clients:
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
 
 
 class Sampler(threading.Thread):

@@ -2,10 +2,12 @@
 
 Why: "measured in one sitting" is only reproducible if the sitting is a command. This runs the
 end-to-end comparisons (our client + server vs redis-py + Redis), every workload on both
-backends, and the blast suites (with 1,000,000 entries prefilled) on both servers; writes the
-JSON results, the plots, the server profile, and ``summary.md`` — the results tables and each
-issue target marked met / not met with its figure. Nothing here tunes anything: every run uses
-the same options a user would type (the README lists them).
+backends, and the blast suites (with 1,000,000 entries prefilled) on both servers and on
+``shards`` lockserver shards (``lockserver --processes N``, the same suite with its
+connections per shard and the entries spread by placement: the "N shards" rows next to
+"1 server"); writes the JSON results, the plots, the server profile, and ``summary.md`` — the
+results tables and each issue target marked met / not met with its figure. Nothing here
+tunes anything: every run uses the same options a user would type (the README lists them).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class Sitting:
     parts: tuple[str, ...] = PARTS_ALL
     repeats: int = 3  # end-to-end pairs, interleaved; the tables show the median
     blast_repeats: int = 3  # blast suites per server, interleaved; judged by the median
+    shards: int = 2  # lockserver shards of the "N shards" blast suite; 1: none
 
 
 def _e2e(
@@ -140,17 +143,22 @@ def run_sitting(sitting: Sitting, console: Console) -> dict[str, Any]:
         # Repeated and interleaved like the end-to-end pairs: one 10 s window's p99 on a
         # shared 2-core VM swings by 10x with what else runs, so one run is not a figure.
         machine["loadavg_before"] = os.getloadavg()
-        suites: dict[Backend, list[Result]] = {backend: [] for backend in backends}
+        layouts = [(backend, 1) for backend in backends]
+        if sitting.shards > 1:
+            layouts.append((Backend.LOCKSERVER, sitting.shards))
+        suites: dict[tuple[Backend, int], list[Result]] = {layout: [] for layout in layouts}
         for rep in range(sitting.blast_repeats):
-            for backend in backends if rep % 2 == 0 else backends[::-1]:
-                results = _blast_suite(sitting, backend, console, profile=None)
-                print_results(console, results, f"{backend} blast suite, run {rep + 1}")
-                suites[backend] += [
+            for backend, shards in layouts if rep % 2 == 0 else layouts[::-1]:
+                results = _blast_suite(sitting, backend, console, profile=None, shards=shards)
+                name = _layout_name(str(backend), shards)
+                print_results(console, results, f"{name} blast suite, run {rep + 1}")
+                suites[backend, shards] += [
                     attrs.evolve(r, extra={**r.extra, "repeat": rep}) for r in results
                 ]
-        for backend, results in suites.items():
+        for (backend, shards), results in suites.items():
             write_document(
-                out / f"blast-{backend}.json", ResultDocument(tuple(results), _stamp(machine))
+                out / _blast_file(str(backend), shards),
+                ResultDocument(tuple(results), _stamp(machine)),
             )
     if "profile" in sitting.parts:
         profiles = out / "profiles"
@@ -166,9 +174,10 @@ def _stamp(machine: dict[str, Any]) -> dict[str, Any]:
 
 
 def _blast_suite(
-    sitting: Sitting, backend: Backend, console: Console, profile: str | None
+    sitting: Sitting, backend: Backend, console: Console, profile: str | None, shards: int = 1
 ) -> list[Result]:
-    console.print(f"[bold]{backend} blast suite, prefill {sitting.prefill:,}")
+    name = _layout_name(str(backend), shards)
+    console.print(f"[bold]{name} blast suite, prefill {sitting.prefill:,}")
     return run_blast(
         BlastConfig(
             Target(backend),
@@ -178,9 +187,18 @@ def _blast_suite(
             prefill=sitting.prefill,
             suite=True,
             profile=profile,
+            shards=shards,
         ),
         console,
     )
+
+
+def _layout_name(backend: str, shards: int) -> str:
+    return backend if shards == 1 else f"{backend}, {shards} shards"
+
+
+def _blast_file(backend: str, shards: int) -> str:
+    return f"blast-{backend}.json" if shards == 1 else f"blast-{backend}-{shards}shards.json"
 
 
 def write_summary(out: Path, console: Console | None = None) -> dict[str, Any]:
@@ -205,6 +223,13 @@ def write_summary(out: Path, console: Console | None = None) -> dict[str, Any]:
             blasts[str(backend)] = results
             commits[f"blast {backend}"] = m3.get("commit")
             machine = machine or m3
+    for path in sorted(out.glob("blast-lockserver-*shards.json")):
+        shards = int(path.stem.rsplit("-", 1)[1].removesuffix("shards"))
+        results, m4 = load(path.name)
+        if results:
+            name = _layout_name("lockserver", shards)
+            blasts[name] = results
+            commits[f"blast {name}"] = m4.get("commit")
     machine = {**(machine or m2), "commits": {k: v for k, v in commits.items() if v}}
     if e2e:
         plot(e2e, out / "e2e.png", "end to end, Python clients: mutex acquire+release pairs/s")
@@ -376,9 +401,62 @@ def targets_table(
                 f"{x['rss_after_prefill_bytes'] / 2**20:.1f} MiB = "
                 f"**{x['bytes_per_entry']:.0f} bytes per entry**."
             )
+    lines += _shards_section(blasts)
     lines += ["", "## The issue's targets", "", "| target | figure | verdict |", "|---|---|---|"]
     lines += _target_rows(e2e, blasts)
     return "\n".join(lines) + "\n"
+
+
+#: The issue's target for N shards' blast capacity over one server's, pipelined (issue 17).
+SHARDS_PIPELINED_TARGET = 1.6
+
+
+def _shard_layouts(blasts: dict[str, list[Result]]) -> list[tuple[str, int]]:
+    """(blasts key, shards) of every "N shards" layout present, by N."""
+    out = []
+    for key in blasts:
+        if key.startswith("lockserver, ") and key.endswith(" shards"):
+            out.append((key, int(key.split(", ")[1].split()[0])))
+    return sorted(out, key=lambda x: x[1])
+
+
+def _shards_section(blasts: dict[str, list[Result]]) -> list[str]:
+    """The "N shards" rows next to "1 server": the same suite, phase by phase."""
+    one = {r.name: r for r in blast_medians(blasts.get("lockserver", []))}
+    lines: list[str] = []
+    for key, n in _shard_layouts(blasts):
+        lines += ["", f"## Blast: {n} shards next to 1 server", ""]
+        lines.append(
+            f"The same suite in the same sitting (interleaved runs, medians): 1 server, and "
+            f"{n} shard processes (`lockserver --processes {n}`) each given the connections "
+            "the one server gets, carrying only the namespaces placed on it "
+            "(`client._placement.place`); the prefilled entries are spread the same way. "
+            "CPU % columns: the servers' sum, the blaster, the rest. On a machine with fewer "
+            f"cores than {n} shards plus the blaster, they compete for the cores."
+        )
+        lines.append("")
+        lines.append(
+            f"| phase | 1 server tx/s | {n} shards tx/s | ratio | tx/s of each shard | "
+            f"p99 µs (1 / {n}) | CPU % servers, blaster, other (1 / {n}) |"
+        )
+        lines.append("|---|---:|---:|---:|---|---|---|")
+        for r in blast_medians(blasts[key]):
+            a = one.get(r.name)
+            each = " / ".join(f"{x['tx_per_s']:,.0f}" for x in r.extra.get("servers", []))
+            lines.append(
+                f"| {r.name} ({r.extra.get('phase', '')}) | "
+                f"{'-' if a is None else f'{a.requests_per_s:,.0f}'} | "
+                f"{r.requests_per_s:,.0f} | {_x(_tx_ratio(r, a))} | {each or '-'} | "
+                f"{_p99(a)} / {_p99(r)} | {_use(a)} / {_use(r)} |"
+            )
+    return lines
+
+
+def _tx_ratio(b: Result | None, a: Result | None) -> float | None:
+    """b / a in tx/s."""
+    if a is None or b is None or not a.requests_per_s:
+        return None
+    return b.requests_per_s / a.requests_per_s
 
 
 def _by_p99(name: str) -> bool:
@@ -533,6 +611,18 @@ def _target_rows(e2e: list[Result], blasts: dict[str, list[Result]]) -> list[str
         lambda r: r.latency_us["p99"] <= 1000,
         "p99 {l[p99]:,.0f} µs at {r.requests_per_s:,.0f} tx/s",
     )
+    for key, n in _shard_layouts(blasts):
+        sharded = {r.name: r for r in blast_medians(blasts[key])}
+        a, b = ours.get("capacity-1conn-pipelined"), sharded.get("capacity-1conn-pipelined")
+        ratio = _tx_ratio(b, a)
+        figure = "-"
+        if ratio is not None and a is not None and b is not None:
+            figure = f"{ratio:.2f}x: {b.requests_per_s:,.0f} vs {a.requests_per_s:,.0f} tx/s"
+        rows.append(
+            f"| Blast: {n} shards >= {SHARDS_PIPELINED_TARGET}x one server, 1 pipelined "
+            f"connection each (issue 17) | {figure} | "
+            f"{_met(None if ratio is None else ratio >= SHARDS_PIPELINED_TARGET)} |"
+        )
     first = next(iter(ours.values()), None)
     bpe = None if first is None else first.extra.get("bytes_per_entry")
     rows.append(

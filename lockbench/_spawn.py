@@ -10,6 +10,10 @@ HOST:PORT`` on stdout; we read it (with a deadline), then keep draining stdout i
 thread so a chatty server can never block on a full pipe. stderr goes to a temporary file whose
 tail is shown if the server fails to start.
 
+``spawned_shards(N)`` runs ``python -m lockserver --port 0 --processes N`` (the shards'
+supervisor, see docs/configuration.md) and reads its N listening lines the same way; stopping
+the supervisor stops every shard.
+
 redis-server: ``--port 0`` means "no TCP listener" to Redis, so we pick a free port ourselves
 (bind port 0, read it back, close; the tiny race is acceptable on a private machine) and start it
 with persistence off (``--save '' --appendonly no``), bound to 127.0.0.1 only.
@@ -43,6 +47,7 @@ __all__ = [
     "free_port",
     "redis_server_path",
     "spawned",
+    "spawned_shards",
 ]
 
 #: The directory holding this package and, beside it, ``lockserver`` (the repository, or
@@ -111,11 +116,26 @@ def spawned(backend: Backend, *, host: str = "127.0.0.1") -> Iterator[ServerProc
     """Start a private server of ``backend`` on a free loopback port; stop it on exit."""
     with tempfile.TemporaryFile(prefix=f"lockbench-{backend}-", suffix=".log") as log:
         if backend is Backend.LOCKSERVER:
-            proc, bound_host, port = _start_lockserver(log)
+            proc, [(bound_host, port)] = _start_lockserver(log)
         else:
             proc, bound_host, port = _start_redis(host, log)
         try:
             yield ServerProcess(bound_host, port, proc.pid, spawned=True)
+        finally:
+            _stop(proc)
+
+
+@contextlib.contextmanager
+def spawned_shards(shards: int) -> Iterator[tuple[ServerProcess, ...]]:
+    """Start ``lockserver --processes SHARDS --port 0`` (each shard on a free loopback port),
+    one ServerProcess per shard in shard order (pids found by port); stop them all on exit."""
+    with tempfile.TemporaryFile(prefix="lockbench-shards-", suffix=".log") as log:
+        proc, addresses = _start_lockserver(log, shards)
+        try:
+            yield tuple(
+                ServerProcess(host, port, find_pid_by_port(port), spawned=True)
+                for host, port in addresses
+            )
         finally:
             _stop(proc)
 
@@ -134,37 +154,47 @@ def _tail(log: IO[bytes], limit: int = 2000) -> str:
     return text[-limit:].strip() or "(no output)"
 
 
-def _start_lockserver(log: IO[bytes]) -> tuple[subprocess.Popen[bytes], str, int]:
-    cmd = [sys.executable, "-m", "lockserver", "--port", "0"]
+def _start_lockserver(
+    log: IO[bytes], shards: int = 1
+) -> tuple[subprocess.Popen[bytes], list[tuple[str, int]]]:
+    # -P: PACKAGES_ROOT (on PYTHONPATH), not a checkout in the working directory, is the code.
+    cmd = [sys.executable, "-P", "-m", "lockserver", "--port", "0"]
+    if shards > 1:
+        cmd += ["--processes", str(shards)]
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=_env()
     )
     assert proc.stdout is not None
     lines: list[str] = []
-    got_line = threading.Event()
+    listening: list[re.Match[str]] = []
+    got_lines = threading.Event()
 
     def drain(stream: IO[bytes]) -> None:
         for raw in stream:
-            if not got_line.is_set():
+            if not got_lines.is_set():
                 lines.append(raw.decode("utf-8", "replace"))
-                if _LISTENING.search(lines[-1]):
-                    got_line.set()
+                match = _LISTENING.search(lines[-1])
+                if match is not None:
+                    listening.append(match)
+                if len(listening) == shards:
+                    got_lines.set()
 
     threading.Thread(target=drain, args=(proc.stdout,), daemon=True).start()
     deadline = time.monotonic() + START_TIMEOUT
-    while not got_line.wait(0.05):
+    while not got_lines.wait(0.05):
         if proc.poll() is not None or time.monotonic() > deadline:
             _stop(proc)
             raise SpawnError(
                 f"lockserver did not start ({' '.join(cmd)}; exit code {proc.returncode}):\n"
                 f"stdout: {''.join(lines).strip() or '(nothing)'}\nstderr: {_tail(log)}"
             )
-    match = _LISTENING.search(lines[-1])
-    assert match is not None
-    host = match.group(1).strip("[]")
-    if host in ("0.0.0.0", "::", ""):
-        host = "127.0.0.1"
-    return proc, host, int(match.group(2))
+    addresses = []
+    for match in listening:
+        host = match.group(1).strip("[]")
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        addresses.append((host, int(match.group(2))))
+    return proc, addresses
 
 
 def _start_redis(host: str, log: IO[bytes]) -> tuple[subprocess.Popen[bytes], str, int]:

@@ -90,6 +90,7 @@ class WorkerReport:
     measure_at: float
     finished_at: float
     extra_histogram: str = ""  # a second latency histogram, when the worker keeps one
+    per_server: tuple[int, ...] = ()  # blast over several servers: replies from each
 
 
 class Recorder:

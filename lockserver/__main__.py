@@ -7,6 +7,8 @@ Rules kept (issue #3, docs/configuration.md):
 - Once listening it prints exactly ``lockserver listening on HOST:PORT`` on stdout, flushed (the
   real port when ``--port 0`` was asked), so scripts and tests can read the port.
 - SIGINT / SIGTERM: stop accepting, let in-flight replies drain, exit 0 within a second.
+- ``--processes N`` (N > 1) makes this process the supervisor of N shard processes
+  (:mod:`._shards`); N = 1, the default, is this one process serving, as always.
 - Logs go to stderr through the standard ``logging`` module: a human format by default, one
   JSON object per line with ``--log-json``.
 """
@@ -78,8 +80,8 @@ async def _run(config: ServerConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the server; return the process exit code (0 after a signal, 2 on a bad setting,
-    1 when it cannot listen)."""
+    """Run the server (or, with ``processes`` > 1, its shards); return the process exit code
+    (0 after a signal, 2 on a bad setting, 1 when it cannot listen or a shard stopped)."""
     try:
         config = load_config(sys.argv[1:] if argv is None else argv, os.environ)
     except ConfigError as exc:
@@ -88,6 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help / --version
         return exc.code if isinstance(exc.code, int) else 0
     configure_logging(config)
+    if config.processes > 1:
+        from ._shards import supervise
+
+        return supervise(config, sys.argv[1:] if argv is None else argv)
     _tune_gc()
     try:
         trio.run(_run, config)

@@ -47,11 +47,16 @@ __all__ = [
     "server_version",
     "ENV_PREFIX",
     "LOG_LEVELS",
+    "MAX_PROCESSES",
 ]
 
 ENV_PREFIX: Final = "LOCKSERVER_"
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _MAX_FRAME_ENCODABLE: Final = 0xFFFFFFFF  # the 4-byte length prefix
+#: Most shard processes of one ``lockserver --processes N``: a fixed bound (not the machine's
+#: core count, so a config file means the same on every machine), far above the cores of any
+#: one machine; a typo such as 4000 gets an error instead of 4,000 processes.
+MAX_PROCESSES: Final = 256
 
 
 class ConfigError(ValueError):
@@ -129,6 +134,18 @@ def _port(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise ValueError(f"{attribute.name} must be an integer in 0..65535, got {value!r}")
 
 
+def _processes(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    _int_at_least(1, MAX_PROCESSES)(inst, attribute, value)
+    # Cross-field (not when the loader checks this setting alone, inst None): the shards of a
+    # fixed port listen on port .. port + processes - 1, which must all be TCP ports.
+    port = getattr(inst, "port", None)
+    if type(port) is int and port and port + value - 1 > 65535:
+        raise ValueError(
+            f"{attribute.name} must be <= {65536 - port} with port {port} (the shards take "
+            f"consecutive ports, the last is 65535), got {value!r}"
+        )
+
+
 def _host(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if type(value) is not str or not value.strip():
         raise ValueError(
@@ -190,6 +207,10 @@ class ServerConfig:
     host: str = attrs.field(default="127.0.0.1", validator=_host)
     #: TCP port; 0 asks the OS for a free one (the real port is on RunningServer.port).
     port: int = attrs.field(default=7400, validator=_port)
+    #: Shard processes the ``lockserver`` command starts (one independent server each, on
+    #: ports ``port`` .. ``port + processes - 1``, or each on a free port with port 0); 1 is
+    #: one plain server process. ``serve`` itself ignores it: it serves one shard.
+    processes: int = attrs.field(default=1, validator=_processes)
     #: Largest accepted request frame, in bytes.
     max_frame: int = attrs.field(
         default=1024 * 1024, validator=_int_at_least(1024, _MAX_FRAME_ENCODABLE)

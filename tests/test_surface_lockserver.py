@@ -93,6 +93,7 @@ def test_serve_and_load_config_signatures() -> None:
 SERVER_CONFIG_FIELDS = [
     "host",
     "port",
+    "processes",
     "max_frame",
     "max_ops",
     "max_depth",

@@ -163,3 +163,40 @@ def test_summary_names_each_parts_commit_when_they_differ(tmp_path: Path) -> Non
         "Parts measured on different commits: end to end aaa1111, blast lockserver bbb2222."
         in (tmp_path / "summary.md").read_text()
     )
+
+
+def test_shards_rows_sit_next_to_one_server(tmp_path: Path) -> None:
+    """A "2 shards" suite beside the one-server suite: its own section with both figures per
+    phase, the ratio, each shard's tx/s and both CPU splits, and the issue's 1.6x verdict for
+    the pipelined phase, judged on the medians."""
+    one = (
+        _blast("capacity-1conn-pipelined", 100_000, 900, 300.0),
+        _blast("capacity-64conn", 40_000, 5000, 300.0),
+    )
+    shards = []
+    for rep, pipelined in enumerate([150_000, 170_000, 190_000]):
+        for name, tx in (("capacity-1conn-pipelined", pipelined), ("capacity-64conn", 50_000.0)):
+            r = _repeat(_blast(name, tx, 1500, 300.0), rep)
+            servers = [
+                {"server": "127.0.0.1:1", "connections": 1, "tx_per_s": tx * 0.6},
+                {"server": "127.0.0.1:2", "connections": 1, "tx_per_s": tx * 0.4},
+            ]
+            shards.append(attrs.evolve(r, extra={**r.extra, "servers": servers}))
+    write_document(tmp_path / "blast-lockserver.json", ResultDocument(one))
+    write_document(tmp_path / "blast-lockserver-2shards.json", ResultDocument(tuple(shards)))
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    assert "## Blast: 2 shards next to 1 server" in text
+    assert "## Blast (lockserver, 2 shards)" in text
+    rows = [line for line in text.splitlines() if line.startswith("| capacity-1conn-pipelined")]
+    row = next(line for line in rows if "| 1.70x |" in line)
+    assert "| 100,000 | 170,000 | 1.70x | 102,000 / 68,000 |" in row
+    assert "| 900 / 1,500 |" in row
+    verdict = next(line for line in text.splitlines() if line.startswith("| Blast: 2 shards"))
+    assert verdict.endswith("| 1.70x: 170,000 vs 100,000 tx/s | **met** |")
+    slower = attrs.evolve(one[0], requests_per_s=120_000.0)
+    write_document(tmp_path / "blast-lockserver.json", ResultDocument((slower,)))
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    verdict = next(line for line in text.splitlines() if line.startswith("| Blast: 2 shards"))
+    assert verdict.endswith("| 1.42x: 170,000 vs 120,000 tx/s | **not met** |")

@@ -175,6 +175,7 @@ def _a_valid_other_value(name: str) -> object:
     return {
         "host": "localhost",
         "port": 7401,
+        "processes": 4,
         "log_level": "DEBUG",
         "trust_spike_window": 3,
         "trust_load_alpha": 0.5,
