@@ -44,6 +44,9 @@ from ._errors import LockClientError as LockClientError
 from ._errors import ServerError as ServerError
 from ._errors import ServerUnavailable as ServerUnavailable
 from ._errors import TransportError as TransportError
+from ._inspect import describe_holders as describe_holders
+from ._inspect import iso_utc as iso_utc
+from ._inspect import to_json as record_json
 from ._result import Result as Result
 from ._sync import LockClient as LockClient
 from ._sync_session import Session as Session
@@ -86,6 +89,10 @@ __all__ = [
     "LostReason",
     "Pong",
     "Welcome",
+    # the operator's records (client.holders() ...): text for people and JSON
+    "describe_holders",
+    "iso_utc",
+    "record_json",
     # errors
     "LockClientError",
     "ServerError",

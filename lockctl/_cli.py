@@ -22,8 +22,10 @@ from typing import Any
 
 from client import LockClient, LockClientError
 
-from ._common import Exit, Failure, Parser, failure_of, positive
-from ._format import iso_utc, table
+from ._common import Exit, Failure, Parser, failure_of, positive, status_record
+from ._format import table
+from ._inspect import COMMANDS as INSPECT_COMMANDS
+from ._inspect import add_parsers as add_inspect_parsers
 from ._lock import add_lock_parser, run_lock
 
 __all__ = ["main"]
@@ -60,6 +62,7 @@ def build_parser() -> Parser:
     commands.add_parser("status", help="uptime, trust, NORM, connections, sessions, entries")
     kill = commands.add_parser("kill", help="end a session: every entry it holds goes at once")
     kill.add_argument("session_id", metavar="SESSION_ID")
+    add_inspect_parsers(commands)
     add_lock_parser(commands)
     return parser
 
@@ -154,28 +157,6 @@ def status(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
-def status_record(server: str, stats: dict[str, Any]) -> dict[str, Any]:
-    """One server's status from its statistics (PROTOCOL.md ``stats``)."""
-    engine, trust = stats["engine"], stats["trust"]
-    uptime = float(stats["server"]["uptime"])
-    return {
-        "server": server,
-        "version": stats["server"]["version"],
-        "host": stats["server"]["host"],
-        "uptime_seconds": round(uptime, 3),
-        "started_at": iso_utc(_now() - uptime),
-        "trust": trust["trust"],
-        "norm": trust["norm"],
-        "connections": stats["server"]["connections"],
-        "sessions": engine["sessions"],
-        "entries": engine["entries"],
-        "tables": engine["tables"],
-        "waiters": stats["waiting"]["waiters"],
-        "transactions_per_second": trust["rate"],
-        "transactions_total": engine["transactions"],
-    }
-
-
 def kill(args: argparse.Namespace) -> int:
     with connect(args) as client:
         try:
@@ -186,12 +167,6 @@ def kill(args: argparse.Namespace) -> int:
         raise Failure(Exit.NOT_FOUND, f"session {args.session_id} not found")
     emit(args, {"session": args.session_id, "ended": True}, f"session {args.session_id} ended")
     return Exit.OK
-
-
-def _now() -> float:
-    import time
-
-    return time.time()
 
 
 def _duration(seconds: float) -> str:
@@ -210,8 +185,18 @@ def _lock(args: argparse.Namespace) -> int:
     return run_lock(args, connect)
 
 
+def _given_connect(
+    run: Callable[[argparse.Namespace, Callable[[argparse.Namespace], LockClient]], int],
+) -> Callable[[argparse.Namespace], int]:
+    def command(args: argparse.Namespace) -> int:
+        return run(args, connect)
+
+    return command
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": status,
     "kill": kill,
     "lock": _lock,
+    **{name: _given_connect(run) for name, run in INSPECT_COMMANDS.items()},
 }

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import enum
-from typing import NoReturn
+import time
+from typing import Any, NoReturn
 
-from client import AccessDenied, ErrorCode, LockClientError, ServerUnavailable
+from client import AccessDenied, ErrorCode, LockClientError, ServerUnavailable, iso_utc
 
-__all__ = ["Exit", "Failure", "Parser", "failure_of", "positive"]
+__all__ = ["Exit", "Failure", "Parser", "failure_of", "positive", "status_record"]
 
 
 class Exit(enum.IntEnum):
@@ -60,3 +61,25 @@ def failure_of(exc: LockClientError) -> Failure:
         what = "unauthorized" if exc.code is ErrorCode.UNAUTHORIZED else "forbidden"
         return Failure(Exit.DENIED, f"{what}: {exc.message}")
     return Failure(Exit.ERROR, str(exc))
+
+
+def status_record(server: str, stats: dict[str, Any]) -> dict[str, Any]:
+    """One server's status from its statistics (PROTOCOL.md ``stats``)."""
+    engine, trust = stats["engine"], stats["trust"]
+    uptime = float(stats["server"]["uptime"])
+    return {
+        "server": server,
+        "version": stats["server"]["version"],
+        "host": stats["server"]["host"],
+        "uptime_seconds": round(uptime, 3),
+        "started_at": iso_utc(time.time() - uptime),
+        "trust": trust["trust"],
+        "norm": trust["norm"],
+        "connections": stats["server"]["connections"],
+        "sessions": engine["sessions"],
+        "entries": engine["entries"],
+        "tables": engine["tables"],
+        "waiters": stats["waiting"]["waiters"],
+        "transactions_per_second": trust["rate"],
+        "transactions_total": engine["transactions"],
+    }

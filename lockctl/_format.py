@@ -1,18 +1,11 @@
-"""How lockctl shows things to people: aligned tables and UTC times."""
+"""How lockctl shows things to people: aligned tables."""
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["iso_utc", "table"]
-
-
-def iso_utc(epoch: float) -> str:
-    """``epoch`` seconds as UTC ISO 8601 with milliseconds: ``2026-11-26T14:03:05.120Z``."""
-    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+__all__ = ["table"]
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
