@@ -16,10 +16,7 @@ import datetime as _dt
 from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
-import attrs
-
 from protocol import (
-    FeedEvent,
     ForceRelease,
     HolderInfo,
     HoldersPage,
@@ -34,7 +31,9 @@ from protocol import (
     WaiterInfo,
     WaitersPage,
     frame,
+    iso_utc,
     pack,
+    record_to_json,
     request_to_wire,
 )
 
@@ -48,11 +47,6 @@ __all__ = [
     "to_json",
     "unsubscribe_request",
 ]
-
-#: Record fields that are wall-clock times (rendered as ISO 8601 UTC by ``to_json``).
-_TIMES: Final = frozenset(
-    {"acquired_at", "expires_at", "created", "last_touch", "valid_until", "since", "deadline", "at"}
-)
 
 
 def _encode(request: Any) -> bytes:
@@ -129,25 +123,11 @@ def _records(page: Page) -> tuple[Record, ...]:
     return page.waiters  # type: ignore[union-attr]
 
 
-def iso_utc(seconds: float) -> str:
-    """Wall-clock Unix seconds as ISO 8601 UTC, to the millisecond:
-    ``2026-11-26T12:03:05.250Z``."""
-    moment = _dt.datetime.fromtimestamp(seconds, _dt.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def to_json(record: Record | FeedEvent) -> dict[str, Any]:
-    """A record (or feed event) as a JSON-ready map with the wire's field names; times as
-    ISO 8601 UTC strings, tuples as lists."""
-    out: dict[str, Any] = {}
-    for field in attrs.fields(type(record)):
-        value = getattr(record, field.name)
-        if field.name in _TIMES and value is not None:
-            value = iso_utc(value)
-        elif type(value) is tuple:
-            value = [list(v) if type(v) is tuple else v for v in value]
-        out[field.name] = value
-    return out
+#: A record (or feed event) as a JSON-ready map with the wire's field names; times as ISO
+#: 8601 UTC strings, tuples as lists, binaries and non-finite floats in a value as
+#: ``{"base64": ...}`` / ``{"float": ...}`` (``protocol.record_to_json``: the server's HTTP
+#: listings render the same).
+to_json: Final = record_to_json
 
 
 def _short(session_id: str) -> str:

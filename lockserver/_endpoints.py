@@ -13,10 +13,10 @@ come from ``LockCore.statistics`` through the shell, like a ``stats`` request's)
 | ``/metrics`` | Prometheus text format (``_metrics.ServerCollector``, a private registry) |
 | ``/`` | the status page (``_static/status.html``, no external assets) |
 
-The inspection listings of issue 16 (``/v1/holders``, ``/v1/sessions``, ``/v1/waiters``) are
-not here yet: they come with the inspection requests in the door and are added to
-:attr:`Endpoints.routes` (see :meth:`Endpoints.add_route`); until then they are 404 like any
-unknown path.
+The inspection listings of issue 16 (``/v1/holders``, ``/v1/sessions``, ``/v1/waiters``) and
+the status's busiest tables and longest waits are served through the door by
+``_http_listings.py``, which adds its routes with :meth:`Endpoints.add_route` and sets
+:attr:`Endpoints.activity`.
 
 Rules kept: with tokens configured, the data paths (``/v1/*``, ``/metrics``) need
 ``Authorization: Bearer <token>`` (any configured token; 401 otherwise); the probes and the
@@ -103,9 +103,10 @@ class Endpoints:
             "/readyz": Route(self.readyz, private=False),
             "/v1/status": Route(self.status, private=True),
             "/metrics": Route(self.metrics, private=True),
-            # The inspection listings (/v1/holders, /v1/sessions, /v1/waiters) are added here
-            # with add_route once the door answers them; until then they are 404.
         }
+        #: What ``/v1/status`` adds about the lock state as ``principal`` may see it (the
+        #: busiest tables, the longest waits): set by the listings (``_http_listings.py``).
+        self.activity: Callable[[Principal, float], dict[str, Any]] | None = None
 
     def add_route(self, path: str, handler: Handler, *, private: bool = True) -> None:
         """Serve ``path`` with ``handler`` (``private``: needs a token when tokens are
@@ -216,6 +217,7 @@ class Endpoints:
                 "tables": engine["tables"],
                 "namespaces": engine["namespaces"],
                 "history": self.history.to_json(),
+                **({} if self.activity is None else self.activity(principal, now)),
             },
         )
 

@@ -51,7 +51,7 @@ Prior art: h11/wsproto's sans-I/O split (the protocol package).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, Final
 
 import attrs
@@ -72,6 +72,7 @@ from protocol import (
     GetStatistics,
     Hello,
     ListHolders,
+    ListQuery,
     ListSessions,
     ListWaiters,
     LockLost,
@@ -80,6 +81,7 @@ from protocol import (
     ProtocolError,
     Reply,
     Role,
+    SessionsPage,
     State,
     Statistics,
     Subscribe,
@@ -94,7 +96,7 @@ from ._peer import Peer
 from ._trust import TrustMonitor
 from .engine import EngineError, LockCore, Output, SessionsListing
 
-__all__ = ["FEED_BUFFER", "Alarm", "RequestHandler"]
+__all__ = ["FEED_BUFFER", "Alarm", "RequestHandler", "sessions_page"]
 
 log = logging.getLogger("lockserver")
 admin_log = logging.getLogger("lockserver.admin")
@@ -337,11 +339,11 @@ class RequestHandler:
         )
         return True
 
-    def _visible(self, c: Peer) -> Principal | None:
-        """What a listing may show this connection (None: everything)."""
-        if self.auth is None or c.principal.sees_everything:
+    def visible(self, principal: Principal) -> Principal | None:
+        """What a listing may show ``principal`` (None: everything)."""
+        if self.auth is None or principal.sees_everything:
             return None
-        return c.principal
+        return principal
 
     def _not_admin(self, c: Peer, rid: int, what: str) -> bool:
         """With tokens, refuse (FORBIDDEN) an admin action of a token without ``admin``; True
@@ -357,20 +359,40 @@ class RequestHandler:
         return True
 
     def _listing(self, c: Peer, msg: Any, now: float) -> None:
-        kind = _LISTINGS[type(msg)]
-        query = msg.query
-        if self._forbidden(c, msg.request_id, kind, query.namespace):
-            return
-        outs = self.core.listing(
-            c,
-            msg.request_id,
+        self.deliver(
+            self.listing(c, msg.request_id, _LISTINGS[type(msg)], msg.query, c.principal, now), c
+        )
+
+    def listing(
+        self,
+        owner: Hashable,
+        rid: int,
+        kind: str,
+        query: ListQuery,
+        principal: Principal,
+        now: float,
+    ) -> list[Output]:
+        """A listing page for ``owner`` (a connection, or the HTTP face's stand-in) asking as
+        ``principal``: the door's outputs, the answer addressed to ``(owner, rid)`` (a page,
+        a :class:`SessionsListing`, or an ``EngineError``: FORBIDDEN when, with tokens, the
+        query names a namespace ``principal`` may not use; a bad cursor). Every listing,
+        protocol or HTTP, is checked and served here."""
+        namespace = query.namespace
+        if self.auth is not None and namespace is not None and not principal.allows(namespace):
+            refusal = EngineError(
+                ErrorCode.FORBIDDEN,
+                f"{kind}: token {principal.name!r} may not use namespace {namespace!r}",
+            )
+            return [((owner, rid), refusal)]
+        return self.core.listing(
+            owner,
+            rid,
             kind,
             query,
             now=now,
             trust=self.trust.trust(now),
-            visible=self._visible(c),
+            visible=self.visible(principal),
         )
-        self.deliver(outs, c)
 
     def _release(self, c: Peer, msg: ForceRelease, now: float) -> None:
         rid = msg.request_id
@@ -499,7 +521,7 @@ class RequestHandler:
             elif t is EngineError:
                 data = self._refusal(p, rid, payload)  # type: ignore[arg-type]
             elif t is SessionsListing:
-                data = p.proto.send(Reply(rid, _named(payload)))  # type: ignore[arg-type]
+                data = p.proto.send(Reply(rid, sessions_page(payload)))  # type: ignore[arg-type]
             else:  # SessionEnded, Cancelled, the operator's answers
                 data = p.proto.send(Reply(rid, payload))  # type: ignore[arg-type]
             if p is current:
@@ -557,7 +579,7 @@ class RequestHandler:
         return self._lost_frames(first) + self._lost_frames(second)
 
 
-def _named(listing: SessionsListing) -> Any:
+def sessions_page(listing: SessionsListing) -> SessionsPage:
     """A sessions page with each record's ``clients``: the addresses of the open connections
     that used the session."""
     records = tuple(

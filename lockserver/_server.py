@@ -100,6 +100,7 @@ from ._config import ConfigError, ServerConfig, server_version
 from ._endpoints import Endpoints
 from ._gcstats import GcPauses
 from ._http import HttpConnection, HttpCounters, HttpLimits, too_many
+from ._http_listings import HttpListings
 from ._metrics import Durations, History, ServerCollector
 from ._peer import CLOSE_GRACE, Peer, Totals, linger
 from ._reading import Reader
@@ -367,6 +368,7 @@ class Server:
             auth=auth,
             instance=self.instance,
         )
+        HttpListings(self.requests, self.core, self.tree_limits).install(self.endpoints)
 
     # --- lifecycle ----------------------------------------------------------------------------
 

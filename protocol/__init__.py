@@ -41,6 +41,9 @@ from ._inspect import Unsubscribed as Unsubscribed
 from ._inspect import WaiterInfo as WaiterInfo
 from ._inspect import WaitersPage as WaitersPage
 from ._inspect import make_holder as make_holder
+from ._json import iso_utc as iso_utc
+from ._json import json_value as json_value
+from ._json import record_to_json as record_to_json
 from ._lifecycle import CLOSING_ERROR as CLOSING_ERROR
 from ._lifecycle import LIFECYCLE as LIFECYCLE
 from ._lifecycle import Lifecycle as Lifecycle
@@ -118,6 +121,10 @@ __all__ = [
     "frame",
     "Connection",
     "Role",
+    # JSON rendering of the records
+    "iso_utc",
+    "json_value",
+    "record_to_json",
     # lifecycle
     "State",
     "Lifecycle",

@@ -1,6 +1,7 @@
 """The pure, synchronous, deterministic lock engine (no I/O, no clock: takes ``now``), and
 ``LockCore``, the one door every change of lock state goes through."""
 
+from ._core import BusyTable as BusyTable
 from ._core import CoreStatistics as CoreStatistics
 from ._core import LockCore as LockCore
 from ._core import Output as Output
@@ -20,6 +21,7 @@ from ._waiting import dependencies as dependencies
 __all__ = [
     "SessionsListing",
     "Visibility",
+    "BusyTable",
     "CoreStatistics",
     "Engine",
     "EngineError",

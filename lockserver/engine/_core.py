@@ -79,7 +79,7 @@ from protocol import (
 
 from ._engine import Engine, EngineLimits, EngineStatistics
 from ._inspect import LISTINGS as _LISTINGS
-from ._inspect import Visibility
+from ._inspect import BusyTable, Visibility, busiest_tables
 from ._sharded import ShardedDict
 from ._store import EngineError
 from ._waiting import WaitLimits, WaitQueue, WaitStatistics
@@ -87,6 +87,7 @@ from ._waiting import WaitLimits, WaitQueue, WaitStatistics
 __all__ = [
     "MAX_SUBSCRIPTIONS",
     "Address",
+    "BusyTable",
     "CoreStatistics",
     "LockCore",
     "Output",
@@ -354,6 +355,16 @@ class LockCore:
         else:
             out.append(((owner, request_id), page))
         return out
+
+    def busiest_tables(
+        self, n: int, *, visible: Visibility | None = None
+    ) -> tuple[list[BusyTable], int]:
+        """The ``n`` tables holding the most variables (of the namespaces ``visible``
+        allows), and how many tables were looked at (at most ``BUSIEST_SCAN``: bounded
+        work whatever the store holds). Reads only: what is due to expire is still
+        counted until a call that advances time (``statistics``, which the status page makes
+        first)."""
+        return busiest_tables(self.engine, n, visible)
 
     # --- the change feed ----------------------------------------------------------------------
 

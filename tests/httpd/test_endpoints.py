@@ -4,8 +4,8 @@ Pinned down: ``/healthz`` is 200 while the process serves; ``/readyz`` is 200 wh
 would accept work and 503 naming every reason when not (``ready_min_uptime``,
 ``ready_min_trust``, ``max_connections``, ``max_sessions``); ``/v1/status`` carries the
 figures of the status page, live (the sessions, entries and tables a protocol client just
-made) and its history grows on the trust ticks; HEAD answers GET's head without a body; the
-inspection listings are not answered yet (404, JSON); with tokens configured the data paths
+made) and its history grows on the trust ticks; HEAD answers GET's head without a body; an
+unknown path is 404 (JSON); with tokens configured the data paths
 need a bearer token and the probes do not; HTTPS works on a TLS server's port.
 """
 
@@ -158,12 +158,12 @@ async def test_the_page_is_html_with_a_strict_policy(nursery: trio.Nursery) -> N
     assert "default-src 'none'" in policy and "connect-src 'self'" in policy
 
 
-async def test_inspection_listings_are_not_answered_yet(nursery: trio.Nursery) -> None:
-    """/v1/holders, /v1/sessions, /v1/waiters (the inspection requests' paths) and any
-    unknown path: 404 with a JSON error naming the path."""
+async def test_unknown_paths_are_404(nursery: trio.Nursery) -> None:
+    """Any unknown path (a listing's with a trailing slash too): 404 with a JSON error
+    naming the path."""
     server = await start_server(nursery)
     with trio.fail_after(10):
-        for path in ("/v1/holders", "/v1/sessions", "/v1/waiters", "/nope", "/metrics/"):
+        for path in ("/v1/holders/", "/v1/holder", "/nope", "/metrics/"):
             response = await get(server.port, path + "?namespace=x")
             assert response.status == 404, path
             assert response.json() == {"error": f"no such endpoint: {path}"}

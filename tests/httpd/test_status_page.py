@@ -3,7 +3,8 @@ its script fetches ``/v1/status`` and fills in the live figures.
 
 Pinned down: the rendered DOM (``--dump-dom`` after a virtual-time budget, so the page's own
 fetch and refresh ran) shows the sessions, entries and tables a protocol client made, the
-ready state, and both charts drawn as SVG polylines; the page loads nothing from anywhere
+ready state, both charts drawn as SVG polylines, the busiest tables and the longest
+waits as table rows; the page loads nothing from anywhere
 else (it is rendered with the network to other hosts unreachable). Skips, saying why, where
 Debian's ``chromium`` is not installed (``.ci/run`` installs it).
 """
@@ -52,8 +53,9 @@ def chromium_command(user_data: Path, *args: str) -> list[str]:
 
 
 async def test_the_page_shows_live_figures(nursery: trio.Nursery, tmp_path: Path) -> None:
-    """7 sessions holding 9 entries in 2 tables: the page rendered by Chromium says so, says
-    ready, and has drawn its charts."""
+    """7 sessions holding 9 entries in 2 tables and an 8th waiting: the page rendered by
+    Chromium says so, says ready, has drawn its charts, and lists the busiest tables and the
+    waiter."""
     server = await start_server(nursery)
     with trio.fail_after(90):
         client = await WireClient.connect(server)
@@ -61,6 +63,7 @@ async def test_the_page_shows_live_figures(nursery: trio.Nursery, tmp_path: Path
             await client.execute(f"s{i}", Assert(SetVar("t", f"v{i}")))
         await client.execute("s0", Assert(SetVar("u", "a")))
         await client.execute("s1", Assert(SetVar("u", "b")))
+        await client.send(client.execute_message("patient", [Assert(SetVar("t", "v0"))], wait=60.0))
         await trio.sleep(1.2)  # one trust tick: the charts get a sample
         done = await trio.run_process(
             chromium_command(
@@ -82,7 +85,8 @@ async def test_the_page_shows_live_figures(nursery: trio.Nursery, tmp_path: Path
         assert found, (element_id, dom[-3000:])
         return found.group(1)
 
-    assert text("sessions") == "7"
+    assert text("sessions") == "8"  # the waiter's too
+    assert text("waiters") == "1"
     assert text("entries") == "9"
     assert text("tables") == "2"
     # The protocol client, and any socket Chromium opened ahead and has not used yet (a
@@ -92,3 +96,14 @@ async def test_the_page_shows_live_figures(nursery: trio.Nursery, tmp_path: Path
     assert text("version") == server.statistics()["server"]["version"]
     assert text("error") == ""
     assert dom.count("<polyline") >= 4  # trust; NORM, load, transactions/s
+
+    def cells(body_id: str) -> list[list[str]]:
+        found = re.search(rf'id="{body_id}">(.*?)</tbody>', dom, re.S)
+        assert found, (body_id, dom[-3000:])
+        rows = re.findall(r"<tr>(.*?)</tr>", found.group(1), re.S)
+        return [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in rows]
+
+    # The busiest tables, most variables held first; the one waiter, on t/v0.
+    assert cells("busiest") == [["ns", "t", "7"], ["ns", "u", "2"]]
+    [wait] = cells("waits")
+    assert wait[:3] == ["patient", "ns", "t/v0"] and wait[3].endswith("s")

@@ -142,6 +142,10 @@ PUBLIC = {
     "WaiterInfo",
     "WaitersPage",
     "make_holder",
+    # JSON rendering of the records
+    "iso_utc",
+    "json_value",
+    "record_to_json",
     # framing and connection
     "DEFAULT_MAX_FRAME",
     "HEADER_SIZE",
