@@ -35,6 +35,8 @@ import attrs
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
+from protocol import iso_utc
+
 from ._auth import ANONYMOUS, Authenticator, Principal
 from ._config import ServerConfig
 from ._http import HttpRequest, HttpResponse
@@ -192,10 +194,12 @@ class Endpoints:
         trust = stats["trust"]
         reasons = self.not_ready(stats)
         uptime = engine["uptime"]
-        started = time.time() - uptime  # wall clock: for people, never for arithmetic
+        wall = time.time()  # wall clock: for people, never for arithmetic
+        started = wall - uptime
         return HttpResponse.json(
             200,
             {
+                "time": iso_utc(wall),
                 "version": server["version"],
                 "host": server["host"],
                 "address": server["address"],

@@ -110,6 +110,7 @@ async def test_status_shows_live_figures(
     assert status["ready"] is True and status["not_ready"] == []
     assert status["version"] and status["host"] and status["instance"]
     assert status["started_at"].endswith("Z")
+    assert status["time"].endswith("Z") and status["time"][:19] >= status["started_at"][:19]
     history = status["history"]
     assert len(history["uptime"]) == 1
     assert history["transactions_per_second"] == [0.0]  # the first sample has no rate yet
