@@ -479,13 +479,9 @@ class AsyncLockClient:
     def feed_events(self) -> list[FeedEvent]:
         """The change-feed events received since the last call, in arrival order."""
         if self._router is not None:
-            out: list[FeedEvent] = []
-            for server, shard in list(self._shards.items()):
-                for event in shard.feed_events():
-                    ours = self._subscriptions.ours(server, event.subscription)
-                    if ours is not None:
-                        out.append(attrs.evolve(event, subscription=ours))
-            return out
+            return self._subscriptions.relabel(
+                [(server, shard.feed_events()) for server, shard in list(self._shards.items())]
+            )
         conn = self._conn
         return [] if conn is None else conn.wire.take_feed()
 

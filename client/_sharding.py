@@ -23,6 +23,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import attrs
+
+from protocol import FeedEvent
+
 from ._core import BatchCall
 from ._errors import BatchError, LockClientError, ServerUnavailable
 from ._placement import ServerAddress, parse_servers, place
@@ -171,5 +175,13 @@ class Subscriptions:
             del self._by_server[where]
         return where
 
-    def ours(self, server: ServerAddress, theirs: int) -> int | None:
-        return self._by_server.get((server, theirs))
+    def relabel(self, received: list[tuple[ServerAddress, list[FeedEvent]]]) -> list[FeedEvent]:
+        """The feed events each server's client received, under the router's subscription
+        ids (events of subscriptions the router no longer knows are left out)."""
+        out: list[FeedEvent] = []
+        for server, events in received:
+            for event in events:
+                ours = self._by_server.get((server, event.subscription))
+                if ours is not None:
+                    out.append(attrs.evolve(event, subscription=ours))
+        return out

@@ -486,13 +486,9 @@ class LockClient:
         ``dropped`` counts the events the server could not send before it, because this
         client did not read fast enough)."""
         if self._router is not None:
-            out: list[FeedEvent] = []
-            for server, shard in list(self._shards.items()):
-                for event in shard.feed_events():
-                    ours = self._subscriptions.ours(server, event.subscription)
-                    if ours is not None:
-                        out.append(attrs.evolve(event, subscription=ours))
-            return out
+            return self._subscriptions.relabel(
+                [(server, shard.feed_events()) for server, shard in list(self._shards.items())]
+            )
         conn = self._conn
         if conn is None:
             return []
