@@ -462,7 +462,9 @@ class AsyncLockClient:
             return self._subscriptions.add(self._core.next_id(), server, theirs)
         rid = self._core.next_id()
         data = subscribe_request(rid, namespace, table)
-        return await self.request(SUBSCRIBE, rid, data)  # type: ignore[no-any-return]
+        subscription: int = await self.request(SUBSCRIBE, rid, data)
+        self._core.subscriptions[subscription] = (namespace, table)
+        return subscription
 
     async def unsubscribe(self, subscription: int) -> bool:
         """End a subscription; False when the server did not know it."""
@@ -472,6 +474,7 @@ class AsyncLockClient:
                 await anyio.lowlevel.checkpoint()
                 return False
             return await (await self.shard_client(where[0])).unsubscribe(where[1])
+        self._core.subscriptions.pop(subscription, None)
         rid = self._core.next_id()
         data = unsubscribe_request(rid, subscription)
         return await self.request(UNSUBSCRIBE, rid, data)  # type: ignore[no-any-return]
@@ -780,7 +783,7 @@ class AsyncLockClient:
             self._core.reconnected(self._hooks.now())
             # Touch the open sessions on the new connection (so its LockLost events come here
             # and their idle timers restart); the replies are dropped by id.
-            for data in self._core.keepalives():
+            for data in self._core.keepalives() + self._core.resubscriptions():
                 self._write(conn, data)
             return conn
 

@@ -67,6 +67,7 @@ from protocol import (
 )
 
 from ._errors import ClientClosed, LockClientError, ServerError, ServerUnavailable
+from ._inspect import subscribe_request
 from ._result import Result
 
 __all__ = [
@@ -392,6 +393,9 @@ class ClientCore:
         self._ids = itertools.count(1)
         self.sessions: dict[str, list[SessionState]] = {}
         self.welcome: Welcome | None = None
+        # Change-feed subscriptions in force: id (the subscribe's request id) -> (namespace,
+        # table); made again on every new connection (``resubscriptions``).
+        self.subscriptions: dict[int, tuple[str, str | None]] = {}
         self.requests_sent = 0
         self.replies_dropped = 0
         self.retries = 0
@@ -444,6 +448,17 @@ class ClientCore:
                     out.append(built[1])
                     break
         return out
+
+    def resubscriptions(self) -> list[bytes]:
+        """Subscribe frames for every change-feed subscription of this client, under their
+        own ids: sent unregistered right after a reconnect (with the keepalives), so a
+        subscription outlives the connection it was made on and keeps its id (a request id
+        may be used again on a new connection). The events of the gap are not sent: the
+        server only knew the old connection. The replies are dropped."""
+        return [
+            subscribe_request(rid, namespace, table)
+            for rid, (namespace, table) in self.subscriptions.items()
+        ]
 
     def handshake_done(self, welcome: Any) -> Welcome:
         """Record the welcome of a new connection; a non-empty ``instance`` other than the

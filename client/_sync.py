@@ -455,9 +455,9 @@ class LockClient:
         when given): grants, releases, expiries, lost locks and kills arrive as
         :class:`~protocol.FeedEvent` values, taken with :meth:`feed_events` (this face reads
         them while some call, or :meth:`process_events`, reads the connection). Returns the
-        subscription's id. A subscription lives as long as its connection: after a reconnect
-        (``local_statistics().connections`` grew) subscribe again; the events in between are
-        not sent."""
+        subscription's id. A subscription outlives its connection: after a reconnect the
+        client makes it again, with the same id, before anything else is sent; the events of
+        the gap are not seen (``local_statistics().connections`` tells that one happened)."""
         if self._router is not None:
             server = self.place(namespace)
             try:
@@ -467,7 +467,9 @@ class LockClient:
             return self._subscriptions.add(self._core.next_id(), server, theirs)
         rid = self._core.next_id()
         data = subscribe_request(rid, namespace, table)
-        return self.request(SUBSCRIBE, rid, data, self.timeout)  # type: ignore[no-any-return]
+        subscription: int = self.request(SUBSCRIBE, rid, data, self.timeout)
+        self._core.subscriptions[subscription] = (namespace, table)
+        return subscription
 
     def unsubscribe(self, subscription: int) -> bool:
         """End a subscription; False when the server did not know it (its connection
@@ -477,6 +479,7 @@ class LockClient:
             if where is None:
                 return False
             return self.shard_client(where[0]).unsubscribe(where[1])
+        self._core.subscriptions.pop(subscription, None)
         rid = self._core.next_id()
         data = unsubscribe_request(rid, subscription)
         return self.request(UNSUBSCRIBE, rid, data, self.timeout)  # type: ignore[no-any-return]
@@ -848,7 +851,7 @@ class LockClient:
             # and their idle timers restart); the replies are dropped by id.
             try:
                 with self._send_lock:
-                    for data in self._core.keepalives():
+                    for data in self._core.keepalives() + self._core.resubscriptions():
                         conn.sock.sendall(data)
             except OSError as exc:
                 self._break(conn, f"sending failed: {exc}")

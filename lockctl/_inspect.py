@@ -7,9 +7,9 @@ Rules kept:
   stderr when more were left.
 - Human output: aligned tables, times UTC (``HH:MM:SS`` today, else the date too; exact ISO
   8601 in ``--json``), a session id shortened to 12 characters (``--json`` has it whole).
-- ``watch`` prints one line per feed event until Ctrl-C (exit 0). After a reconnect it
-  subscribes again and says on stderr that events in between were not seen; events the server
-  had to drop are reported the same way.
+- ``watch`` prints one line per feed event until Ctrl-C (exit 0). After a reconnect (the
+  client subscribes again by itself) it says on stderr that events in between were not seen;
+  events the server had to drop are reported the same way.
 """
 
 from __future__ import annotations
@@ -287,7 +287,6 @@ def watch(args: argparse.Namespace, connect: Connect) -> int:
                     connections = now_connections
                     print("lockctl: reconnected; events in between were not seen",
                           file=sys.stderr, flush=True)  # fmt: skip
-                    _call(lambda: client.subscribe(args.namespace, args.table))
                 for event in client.feed_events():
                     if event.dropped:
                         print(f"lockctl: the server dropped {event.dropped} event(s) here",

@@ -156,3 +156,53 @@ async def test_async_router_listing_and_release(nursery: trio.Nursery) -> None:
             events = await client.next_feed_events()
             assert [(e.kind, e.subscription) for e in events] == [("granted", sub)]
             assert (await client.release(on[server_ids[0]], "t", "x")).entries == 1
+
+
+def test_a_subscription_outlives_a_reconnect_with_its_id() -> None:
+    """The server restarts (a new connection after the drop): the client subscribes again by
+    itself, under the same id, before anything else goes out; later events arrive."""
+    first = ThreadedServer().start()
+    port = first.port
+    with LockClient(port=port) as watcher:
+        sub = watcher.subscribe("ns")
+        first.stop()
+        second = ThreadedServer(port=port).start()
+        try:
+            watcher.ping()  # reconnects; the subscription goes out again with it
+            assert watcher.local_statistics().connections == 2
+            with LockClient(port=port) as client, client.session() as session:
+                session.execute("ns", [Assert(SetVar("t", "after"))])
+            events = []
+            deadline = time.monotonic() + 10
+            while not events and time.monotonic() < deadline:
+                watcher.process_events(0.05)
+                events = watcher.feed_events()
+            assert [(e.kind, e.var, e.subscription) for e in events][:1] == [
+                ("granted", "after", sub)
+            ]
+            assert watcher.unsubscribe(sub) is True  # the server knows it under that id
+        finally:
+            second.stop()
+
+
+async def test_async_subscription_outlives_a_reconnect(nursery: trio.Nursery) -> None:
+    first = await start_server(nursery)
+    port = first.port
+    with trio.fail_after(20):
+        async with open_lock_client(port=port) as watcher:
+            sub = await watcher.subscribe("ns")
+            await first.aclose()
+            await start_server(nursery, port=port)
+            with trio.move_on_after(5):
+                while watcher.local_statistics().connections < 2:
+                    try:
+                        await watcher.ping()
+                    except Exception:  # the drop is noticed by the first call or two
+                        await trio.sleep(0.05)
+            assert watcher.local_statistics().connections == 2
+            async with open_lock_client(port=port) as client, client.session() as session:
+                await session.execute("ns", [Assert(SetVar("t", "after"))])
+            events = await watcher.next_feed_events()
+            assert [(e.kind, e.var, e.subscription) for e in events][:1] == [
+                ("granted", "after", sub)
+            ]
