@@ -133,9 +133,13 @@ class Reader:
         recv_size: int,
         durations: Durations,
         counted: _Counted,
+        after_pass: Callable[[], None],
     ) -> None:
         self._process = serve
         self.durations = durations
+        # Called after every read pass that served requests (the collector policy,
+        # GcPauses.after_pass): per pass, not per request.
+        self.after_pass = after_pass
         self.counted = counted
         self.totals = totals
         self.busy_poll = busy_poll
@@ -168,6 +172,7 @@ class Reader:
         served = self.counted.requests_total - requests
         if served:
             self.durations.observe(time.perf_counter() - start, served)
+            self.after_pass()
         if not keep or (c.proto.buffered and not self._buffered(c, 0, n)):
             return None
         poller = self.poller
@@ -251,6 +256,7 @@ class Reader:
         ready = self._read_ready
         counted = self.counted
         observe = self.durations.observe
+        after_pass = self.after_pass
         while True:
             if busy.spinning:
                 await checkpoint()  # other tasks and timers run; cancellable
@@ -267,6 +273,7 @@ class Reader:
                 served = counted.requests_total - before
                 if served:
                     observe(end - start, served)
+                    after_pass()
             elif busy.spinning:
                 busy.idle(clock())
 
@@ -281,6 +288,7 @@ class Reader:
         clock = time.perf_counter
         counted = self.counted
         observe = self.durations.observe
+        after_pass = self.after_pass
         while True:
             try:
                 n = sock.recv_into(buf)
@@ -304,6 +312,7 @@ class Reader:
             served = counted.requests_total - requests
             if served:
                 observe(clock() - start, served)
+                after_pass()
             if not keep:
                 return
             if (before or c.proto.buffered) and not self._buffered(c, before, n):

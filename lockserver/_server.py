@@ -316,6 +316,7 @@ class Server:
         # What the connections hold together (incomplete frames, unsent bytes) and its bounds.
         self.totals = Totals(max_receive=config.max_receive_total, max_send=config.max_send_total)
         self.durations = Durations()  # request durations, per read pass (/metrics)
+        self.gc_pauses = GcPauses()  # collector pauses while serving (statistics "gc")
         self.reader = Reader(
             self.requests.process,
             totals=self.totals,
@@ -324,6 +325,7 @@ class Server:
             recv_size=_RECV_SIZE,
             durations=self.durations,
             counted=self.requests,
+            after_pass=self.gc_pauses.after_pass,
         )
         self.recv_buffer = self.reader.recv_buffer  # scratch space for lingering closes too
         self.clients: set[Peer] = set()
@@ -341,7 +343,6 @@ class Server:
         self.handshake_timeouts = 0
         self.idle_timeouts = 0
         self.frame_timeouts = 0
-        self.gc_pauses = GcPauses()  # collector pauses while serving (statistics "gc")
         # HTTP on the same port (_http.py, _endpoints.py): its connections, once sniffed,
         # leave self.clients for this set and are bounded by http_max_connections.
         self.http = HttpCounters()

@@ -12,6 +12,7 @@ from ._engine import EngineLimits as EngineLimits
 from ._engine import EngineStatistics as EngineStatistics
 from ._eval import same_value as same_value
 from ._sharded import ShardedDict as ShardedDict
+from ._store import BigTable as BigTable
 from ._store import EngineError as EngineError
 from ._waiting import WaitLimits as WaitLimits
 from ._waiting import WaitQueue as WaitQueue
@@ -21,6 +22,7 @@ from ._waiting import dependencies as dependencies
 __all__ = [
     "SessionsListing",
     "Visibility",
+    "BigTable",
     "BusyTable",
     "CoreStatistics",
     "Engine",

@@ -22,6 +22,7 @@ def test_package_exports() -> None:
     """lockserver.engine exports exactly its public names."""
     assert sorted(engine_pkg.__all__) == sorted(
         [
+            "BigTable",
             "BusyTable",
             "CoreStatistics",
             "Engine",
