@@ -222,6 +222,9 @@ class AsyncLockClient:
         # Several servers: the placement, and one single-server client per server (in this
         # client's task group), opened by the first call that needs it.
         self._router = router
+        # Where namespaces live: the router's list, or this client's one server (``place``,
+        # ``servers`` and ``shard`` read it either way).
+        self._placement = router if router is not None else Router((ServerAddress(host, port),))
         self._shards: dict[ServerAddress, AsyncLockClient] = {}
         self._shard_locks = {} if router is None else {s: anyio.Lock() for s in router.servers}
         self._subscriptions = Subscriptions()
@@ -276,9 +279,7 @@ class AsyncLockClient:
     @property
     def servers(self) -> tuple[str, ...]:
         """The servers of this client (``host:port`` ids, PROTOCOL.md §12), as configured."""
-        if self._router is None:
-            return (ServerAddress(self.host, self.port).id,)
-        return tuple(s.id for s in self._router.servers)
+        return tuple(s.id for s in self._placement.servers)
 
     def server_for(self, namespace: str) -> str:
         """The server (``host:port``) ``namespace`` lives on (PROTOCOL.md §12)."""
@@ -287,19 +288,11 @@ class AsyncLockClient:
     async def shard(self, server: str) -> AsyncLockClient:
         """The single-server client of ``server`` (one of :attr:`servers`), connected now if
         it was not yet (as the sync face's :meth:`~client.LockClient.shard`)."""
-        address = Router(server).servers
-        if len(address) != 1:
-            raise ValueError(f"name one server, got {len(address)}: {server!r}")
+        address = self._placement.member(server)
         if self._router is None:
-            if address[0].id != self.servers[0]:
-                raise ValueError(
-                    f"{address[0].id} is not a server of this client ({self.servers[0]})"
-                )
             await anyio.lowlevel.checkpoint()
             return self
-        if address[0] not in self._shard_locks:
-            raise ValueError(f"{address[0].id} is not one of this client's servers")
-        return await self.shard_client(address[0])
+        return await self.shard_client(address)
 
     async def ping(self) -> Pong:
         """Liveness check: the server's ``uptime`` and ``trust``. Touches no session. A
@@ -522,11 +515,7 @@ class AsyncLockClient:
 
     def place(self, namespace: str) -> ServerAddress:
         """Router port: the server ``namespace`` lives on."""
-        if self._router is None:
-            if type(namespace) is not str:
-                raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
-            return ServerAddress(self.host, self.port)
-        return self._router.place(namespace)
+        return self._placement.place(namespace)
 
     def split(self, calls: Iterable[Any]) -> list[tuple[ServerAddress, list[int], list[Any]]]:
         """Router port: a batch's calls grouped by server (``Router.split``)."""

@@ -51,9 +51,24 @@ class Router:
 
     __slots__ = ("_memo", "servers")
 
-    def __init__(self, servers: str | Iterable[str]) -> None:
-        self.servers: tuple[ServerAddress, ...] = parse_servers(servers)
+    def __init__(self, servers: str | Iterable[str] | tuple[ServerAddress, ...]) -> None:
+        if type(servers) is tuple and all(type(s) is ServerAddress for s in servers):
+            self.servers: tuple[ServerAddress, ...] = servers  # a client's own host and port
+        else:
+            self.servers = parse_servers(servers)  # type: ignore[arg-type]
         self._memo: dict[str, ServerAddress] = {}
+
+    def member(self, server: str) -> ServerAddress:
+        """The server of this list that ``server`` (one ``host:port``) names; ValueError when
+        it names several, or one not in the list."""
+        named = parse_servers(server)
+        if len(named) != 1:
+            raise ValueError(f"name one server, got {len(named)}: {server!r}")
+        for listed in self.servers:
+            if listed.id == named[0].id:
+                return listed
+        ids = ",".join(s.id for s in self.servers)
+        raise ValueError(f"{named[0].id} is not one of this client's servers ({ids})")
 
     def place(self, namespace: str) -> ServerAddress:
         """The server ``namespace`` lives on (TypeError when it is not a str)."""

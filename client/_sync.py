@@ -99,14 +99,6 @@ def _positive(name: str, value: float) -> float:
     return float(value)
 
 
-def _one_server(server: str) -> tuple[str, int]:
-    """``(host, port)`` of the one server ``server`` names (ValueError otherwise)."""
-    parsed = Router(server).servers
-    if len(parsed) != 1:
-        raise ValueError(f"name one server, got {len(parsed)}: {server!r}")
-    return parsed[0].host, parsed[0].port
-
-
 def _readable(sock: socket.socket) -> bool:
     """True when something is waiting on an idle connection: bytes (events, late replies, a
     closing error), the peer's close, or an error. One ``poll`` with a zero timeout (``poll``,
@@ -205,6 +197,9 @@ class LockClient:
         # the first call that needs it (each under its own lock, so a server that is slow to
         # answer does not hold up opening the others).
         self._router = router
+        # Where namespaces live: the router's list, or this client's one server (``place``,
+        # ``servers`` and ``shard`` read it either way).
+        self._placement = router if router is not None else Router((ServerAddress(host, port),))
         self._shards: dict[ServerAddress, LockClient] = {}
         self._shard_locks = {} if router is None else {s: threading.Lock() for s in router.servers}
         self._subscriptions = Subscriptions()
@@ -264,9 +259,7 @@ class LockClient:
     @property
     def servers(self) -> tuple[str, ...]:
         """The servers of this client (``host:port`` ids, PROTOCOL.md §12), as configured."""
-        if self._router is None:
-            return (ServerAddress(self.host, self.port).id,)
-        return tuple(s.id for s in self._router.servers)
+        return tuple(s.id for s in self._placement.servers)
 
     def server_for(self, namespace: str) -> str:
         """The server (``host:port``) ``namespace`` lives on (PROTOCOL.md §12)."""
@@ -277,13 +270,9 @@ class LockClient:
         it was not yet: its ``ping``, ``statistics`` and ``welcome`` are that server's. A
         client of one server returns itself. ServerUnavailable naming the server when it
         cannot be reached; ValueError for a server not in the list."""
-        address = ServerAddress(*_one_server(server))
+        address = self._placement.member(server)
         if self._router is None:
-            if address.id != self.servers[0]:
-                raise ValueError(f"{address.id} is not a server of this client ({self.servers[0]})")
             return self
-        if address not in self._shard_locks:
-            raise ValueError(f"{address.id} is not one of this client's servers")
         return self.shard_client(address)
 
     def ping(self) -> Pong:
@@ -558,11 +547,7 @@ class LockClient:
 
     def place(self, namespace: str) -> ServerAddress:
         """Router port: the server ``namespace`` lives on."""
-        if self._router is None:
-            if type(namespace) is not str:
-                raise TypeError(f"namespace must be a str, got {type(namespace).__name__}")
-            return ServerAddress(self.host, self.port)
-        return self._router.place(namespace)
+        return self._placement.place(namespace)
 
     def split(self, calls: Iterable[Any]) -> list[tuple[ServerAddress, list[int], list[Any]]]:
         """Router port: a batch's calls grouped by server (``Router.split``)."""
