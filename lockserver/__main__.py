@@ -27,6 +27,7 @@ from typing import Any
 import trio
 
 from ._config import ConfigError, ServerConfig, load_config
+from ._etcd import EtcdError
 from ._gcstats import freeze_big_tables
 from ._server import RunningServer, serve
 
@@ -91,6 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help / --version
         return exc.code if isinstance(exc.code, int) else 0
     configure_logging(config)
+    if config.processes > 1 and config.replicate:
+        print(
+            "lockserver: error: --processes and --replicate do not go together: a replicated "
+            "group's replicas are separate lockserver commands (docs/replication.md)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 2
     if config.processes > 1:
         from ._shards import supervise
 
@@ -98,11 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     _tune_gc()
     try:
         trio.run(_run, config)
-    except (ConfigError, OSError, KeyboardInterrupt, BaseExceptionGroup) as exc:
+    except (ConfigError, OSError, EtcdError, KeyboardInterrupt, BaseExceptionGroup) as exc:
         config_error = _find(exc, ConfigError)
         if config_error is not None:  # e.g. unreadable TLS files, found when serving starts
             print(f"lockserver: error: {config_error}", file=sys.stderr, flush=True)
             return 2
+        etcd_error = _find(exc, EtcdError)
+        if etcd_error is not None:
+            print(
+                f"lockserver: error: replica of group {config.group!r}: {etcd_error}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 1
         os_error = _find(exc, OSError)
         if os_error is not None:
             print(

@@ -153,6 +153,38 @@ def _host(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         )
 
 
+def _etcd_endpoints(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value == "":
+        return
+    try:
+        etcd_endpoints(value)
+    except ValueError as exc:
+        raise ValueError(f"{attribute.name}: {exc}") from None
+
+
+def etcd_endpoints(text: str) -> tuple[str, ...]:
+    """``etcd://HOST:PORT[,HOST:PORT...]`` as ``("HOST:PORT", ...)``; ValueError naming what
+    is wrong."""
+    if type(text) is not str or not text.startswith("etcd://"):
+        raise ValueError(f"must look like etcd://HOST:PORT[,HOST:PORT...], got {text!r}")
+    out = []
+    for part in text[len("etcd://") :].split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(f"{part!r} is not HOST:PORT (in {text!r})")
+        out.append(f"{host}:{int(port)}")
+    return tuple(out)
+
+
+def _group_name(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    ok = type(value) is str and 0 < len(value) <= 64
+    if not ok or not all(c.isascii() and (c.isalnum() or c in "-_.") for c in value):
+        raise ValueError(
+            f"{attribute.name} must be 1-64 characters of letters, digits, '-', '_' or '.', "
+            f"got {value!r}"
+        )
+
+
 def _log_level(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value not in LOG_LEVELS:
         raise ValueError(f"{attribute.name} must be one of {', '.join(LOG_LEVELS)}, got {value!r}")
@@ -332,6 +364,18 @@ class ServerConfig:
     #: PEM CA bundle; set: every client must present a certificate signed by it.
     tls_client_ca: str = attrs.field(default="", validator=_path)
     #: Constants of the trust monitor (docs/trust.md).
+    #: Replicate through etcd (docs/replication.md): ``etcd://HOST:PORT[,HOST:PORT...]``, the
+    #: endpoints of the etcd cluster that holds the group's log; empty = a single server.
+    replicate: str = attrs.field(default="", validator=_etcd_endpoints)
+    #: The replicated group this replica belongs to (with ``replicate``): every replica of a
+    #: group names the same group and etcd cluster.
+    group: str = attrs.field(default="default", validator=_group_name)
+    #: Seconds of a replica's etcd lease: a replica that cannot renew it for this long is
+    #: dropped from its group (its connections' waiters go, its sessions live on).
+    replica_lease_ttl: int = attrs.field(default=5, validator=_int_at_least(2, 300))
+    #: Applied log entries between two snapshots of a group's state (written by one replica,
+    #: then etcd is compacted to it).
+    replica_snapshot_every: int = attrs.field(default=50_000, validator=_int_at_least(10))
     trust: TrustSettings = attrs.field(factory=TrustSettings, validator=_trust_settings)
 
 

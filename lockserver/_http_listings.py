@@ -43,8 +43,8 @@ from protocol import (
 from ._auth import Principal
 from ._endpoints import Endpoints
 from ._http import HttpRequest, HttpResponse
-from ._requests import RequestHandler, sessions_page
-from .engine import EngineError, LockCore, Output, SessionsListing
+from ._requests import Door, RequestHandler, sessions_page
+from .engine import EngineError, Output, SessionsListing
 
 __all__ = ["LONGEST_WAITS", "PARAMETERS", "TOP_TABLES", "HttpListings", "parse_query"]
 
@@ -133,7 +133,7 @@ class HttpListings:
     (the shell's request handler) and ``core`` (the door); ``limits`` are the server's
     name and text limits the protocol's decoder checks."""
 
-    def __init__(self, requests: RequestHandler, core: LockCore, limits: TreeLimits) -> None:
+    def __init__(self, requests: RequestHandler, core: Door, limits: TreeLimits) -> None:
         self.requests = requests
         self.core = core
         self.limits = limits

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import attrs
 import trio
@@ -95,6 +95,12 @@ from ._config import ServerConfig
 from ._peer import Peer
 from ._trust import TrustMonitor
 from .engine import EngineError, LockCore, Output, SessionsListing
+
+if TYPE_CHECKING:
+    from ._replica import ReplicatedDoor
+
+#: The door the handler calls: a single server's lock core, or a replica's stand-in.
+Door: TypeAlias = "LockCore | ReplicatedDoor"
 
 __all__ = ["FEED_BUFFER", "Alarm", "RequestHandler", "sessions_page"]
 
@@ -141,7 +147,7 @@ class RequestHandler:
     def __init__(
         self,
         config: ServerConfig,
-        core: LockCore,
+        core: Door,
         trust: TrustMonitor,
         auth: Authenticator | None,
         welcome: Welcome,
@@ -408,16 +414,19 @@ class RequestHandler:
             now=now,
             trust=self.trust.trust(now),
         )
-        released = outs[-1][1]
+        # A replica answers once the log is applied: then the count is not known here.
+        released = outs[-1][1] if outs else None
         admin_log.info(
-            "admin %r (connection %s): release %s/%s/%s%s: %s entries removed",
+            "admin %r (connection %s): release %s/%s/%s%s: %s",
             c.principal.name,
             c.name,
             msg.namespace,
             msg.table,
             msg.var,
             "" if msg.session is None else f" of session {msg.session!r}",
-            getattr(released, "entries", "?"),
+            "proposed to the group"
+            if released is None
+            else f"{getattr(released, 'entries', '?')} entries removed",
         )
         self.deliver(outs, c)
 

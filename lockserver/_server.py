@@ -96,17 +96,20 @@ from protocol import (
 
 from ._auth import Authenticator, SecurityConfigError, server_ssl_context
 from ._busypoll import BusyPoll
-from ._config import ConfigError, ServerConfig, server_version
+from ._config import ConfigError, ServerConfig, etcd_endpoints, server_version
 from ._endpoints import Endpoints
+from ._etcd import Etcd
 from ._gcstats import GcPauses
+from ._group import Genesis
 from ._http import HttpConnection, HttpCounters, HttpLimits, too_many
 from ._http_listings import HttpListings
 from ._metrics import Durations, History, ServerCollector
 from ._peer import CLOSE_GRACE, Peer, Totals, linger
 from ._reading import Reader
+from ._replica import Replica, ReplicatedDoor, ReplicationSettings
 from ._requests import Alarm, RequestHandler
 from ._trust import TrustMonitor
-from .engine import Engine, EngineLimits, LockCore, WaitLimits
+from .engine import Engine, EngineLimits, LockCore, Output, WaitLimits
 
 __all__ = ["RunningServer", "serve"]
 
@@ -142,6 +145,7 @@ class RunningServer:
         "engine",
         "host",
         "port",
+        "replica",
         "started_at",
         "trust",
     )
@@ -149,9 +153,11 @@ class RunningServer:
     def __init__(self, shell: Server, addresses: list[tuple[str, int]]) -> None:
         self._shell = shell
         self.config: ServerConfig = shell.config
-        self.core: LockCore = shell.core
+        self.core: LockCore | ReplicatedDoor = shell.core
         self.engine: Engine = shell.core.engine
         self.trust: TrustMonitor = shell.trust
+        #: The replica of a replicated group (None for a single server).
+        self.replica: Replica | None = shell.replica
         self.started_at: float = shell.started_at
         self.addresses: tuple[tuple[str, int], ...] = tuple(addresses)
         self.host: str = addresses[0][0]
@@ -201,11 +207,66 @@ async def serve(
         raise ConfigError(str(exc)) from None
     listeners = await trio.open_tcp_listeners(config.port, host=config.host)
     try:
-        shell = Server(config, listeners, ssl_context)
-        await shell.run(task_status)
+        if not config.replicate:
+            shell = Server(config, listeners, ssl_context)
+            await shell.run(task_status)
+            return
+        # A replica of a group (docs/replication.md): the group's state comes from etcd
+        # before the first client is accepted.
+        settings = ReplicationSettings(
+            endpoints=etcd_endpoints(config.replicate),
+            group=config.group,
+            lease_ttl=config.replica_lease_ttl,
+            snapshot_every=config.replica_snapshot_every,
+        )
+        async with Etcd(settings.endpoints) as etcd:
+            host, port = listeners[0].socket.getsockname()[:2]
+            replica = await Replica.join(
+                settings, etcd, _advertised(str(host), int(port)), _genesis(config)
+            )
+            shell = Server(config, listeners, ssl_context, replica=replica)
+            await shell.run(task_status)
     finally:
         for listener in listeners:
             listener.socket.close()
+
+
+def _advertised(host: str, port: int) -> str:
+    """The address other machines reach this replica at (a wildcard becomes the host name)."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.gethostname()
+    return _format_address(host, port)
+
+
+def _genesis(config: ServerConfig) -> Genesis:
+    """The settings a group is created with when this replica is its first."""
+    return Genesis(
+        started_at=time.time(),
+        instance=secrets.token_hex(8),
+        authenticated=bool(config.tokens),
+        limits=_engine_limits(config),
+        wait_limits=_wait_limits(config),
+    )
+
+
+def _engine_limits(config: ServerConfig) -> dict[str, int]:
+    return {
+        "max_sessions": config.max_sessions,
+        "max_entries": config.max_entries,
+        "max_entries_per_session": config.max_entries_per_session,
+        "max_store_bytes": config.max_store_bytes,
+    }
+
+
+def _wait_limits(config: ServerConfig) -> dict[str, int]:
+    return {
+        "max_waiters": config.max_waiters,
+        "max_waiters_per_session": config.max_waiters_per_session,
+        "max_waiters_per_owner": config.max_waiters_per_connection,
+        "max_waiting_ops_per_variable": config.max_waiting_ops_per_variable,
+        "max_waiting_ops_per_session": config.max_waiting_ops_per_session,
+        "max_waiting_ops_per_principal": config.max_waiting_ops_per_principal,
+    }
 
 
 class Server:
@@ -219,6 +280,8 @@ class Server:
         config: ServerConfig,
         listeners: list[trio.SocketListener],
         ssl_context: ssl.SSLContext | None = None,
+        *,
+        replica: Replica | None = None,
     ) -> None:
         now = trio.current_time()
         self.config = config
@@ -232,26 +295,21 @@ class Server:
         # Uptime is monotonic: a wall clock set later does not move those times.
         fence_epoch = time.time_ns() // 1000
         self.wall_at_start = fence_epoch / 1_000_000
-        self.core = LockCore(
-            started_at=now,
-            host=self.hostname,
-            fence_epoch=fence_epoch,
-            limits=EngineLimits(
-                max_sessions=config.max_sessions,
-                max_entries=config.max_entries,
-                max_entries_per_session=config.max_entries_per_session,
-                max_store_bytes=config.max_store_bytes,
-            ),
-            wait_limits=WaitLimits(
-                max_waiters=config.max_waiters,
-                max_waiters_per_session=config.max_waiters_per_session,
-                max_waiters_per_owner=config.max_waiters_per_connection,
-                max_waiting_ops_per_variable=config.max_waiting_ops_per_variable,
-                max_waiting_ops_per_session=config.max_waiting_ops_per_session,
-                max_waiting_ops_per_principal=config.max_waiting_ops_per_principal,
-            ),
-            authenticated=auth is not None,
-        )
+        self.replica = replica
+        self.core: LockCore | ReplicatedDoor
+        if replica is None:
+            self.core = LockCore(
+                started_at=now,
+                host=self.hostname,
+                fence_epoch=fence_epoch,
+                limits=EngineLimits(**_engine_limits(config)),
+                wait_limits=WaitLimits(**_wait_limits(config)),
+                authenticated=auth is not None,
+            )
+        else:
+            # The group's state, behind the same calls (answers come as the log is applied).
+            self.core = ReplicatedDoor(replica)
+            self.wall_at_start = replica.genesis.started_at
         self.trust = TrustMonitor(config.trust, started_at=now)
         # The timer's sleep; a request that parks moves it earlier (see _timer_loop).
         self.alarm = Alarm()
@@ -301,7 +359,7 @@ class Server:
         self.version = server_version()
         # Drawn at every start: a client that reconnects and sees another instance knows
         # that every session and entry of the old one is gone (PROTOCOL.md "welcome").
-        self.instance = secrets.token_hex(8)
+        self.instance = secrets.token_hex(8) if replica is None else replica.genesis.instance
         self.welcome = Welcome(
             PROTOCOL_VERSION,
             f"lockserver {self.version}",
@@ -370,6 +428,11 @@ class Server:
             instance=self.instance,
         )
         HttpListings(self.requests, self.core, self.tree_limits).install(self.endpoints)
+        if replica is not None:
+            replica.trust = self.trust.trust
+            replica.on_outputs = self._deliver_applied
+            replica.on_reset = self._reset_connections
+            replica.wake = self.alarm.wake_by
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -380,6 +443,8 @@ class Server:
                 timers.start_soon(self._timer_loop)
                 timers.start_soon(self._trust_loop)
                 timers.start_soon(self._reap_loop)
+                if self.replica is not None:
+                    await timers.start(self.replica.run)
                 if self.reader.poller is not None:
                     timers.start_soon(self.reader.poll_loop)
                 async with trio.open_nursery() as conns:
@@ -581,6 +646,30 @@ class Server:
         # Its waiters may have held others back (Waiting): those run now.
         now = trio.current_time()
         self.requests.deliver(self.core.owner_gone(c, now=now, trust=self.trust.trust(now)))
+
+    # --- a replica's deliveries ---------------------------------------------------------------
+
+    def _deliver_applied(self, outs: list[Output]) -> None:
+        """Send what applying the group's log answered to this replica's connections: each
+        output appended to its peer's outbox, then one send per peer."""
+        deliver = self.requests.deliver
+        touched: dict[Peer, None] = {}
+        for out in outs:
+            peer: Any = out[0][0]
+            if peer.dead:
+                continue
+            deliver([out], peer)
+            touched[peer] = None
+        for peer in touched:
+            peer.send_pending()
+            if peer.proto.state is State.CLOSED:  # an INTERNAL_ERROR went out: close it
+                peer.stop(None, "")
+
+    def _reset_connections(self, why: str) -> None:
+        """The replica cannot answer its connections any more (it lost its place in the
+        group, or reloaded the state): close each with UNAVAILABLE; clients reconnect."""
+        for c in list(self.clients):
+            c.stop(ErrorCode.UNAVAILABLE, f"{why}; reconnect (to any replica of the group)")
 
     # --- timers -------------------------------------------------------------------------------
 

@@ -47,6 +47,7 @@ class ErrorCode(enum.IntEnum):
     TOO_LARGE = 313  # a name, text or value (or the data a transaction selects) over its limit
     STORE_FULL = 314  # the server's stored data reached its budget (max_store_bytes)
     OVERLOADED = 315  # the server cannot buffer this request now (receive buffers full)
+    UNAVAILABLE = 316  # a replica cut off from its group's log: reconnect to another replica
 
     INTERNAL_ERROR = 500
 
@@ -64,6 +65,7 @@ _CLOSING = frozenset(
         ErrorCode.SHUTTING_DOWN,
         ErrorCode.SLOW_CONSUMER,
         ErrorCode.OVERLOADED,
+        ErrorCode.UNAVAILABLE,
         ErrorCode.INTERNAL_ERROR,
     }
 )

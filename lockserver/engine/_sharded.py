@@ -23,6 +23,10 @@ V = TypeVar("V")
 SHARDS = 256
 
 
+def _first(item: tuple[str, object]) -> str:
+    return item[0]
+
+
 class ShardedDict(MutableMapping[str, V]):
     """A str-keyed mutable mapping over SHARDS dicts: ``shards[hash(key) & mask]`` holds
     ``key``, ``n`` counts the keys. Same behaviour as a dict except order: iteration goes
@@ -63,3 +67,20 @@ class ShardedDict(MutableMapping[str, V]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({dict(self.items())!r})"
+
+    # A shard is chosen by ``hash(key)``, which differs between processes (PYTHONHASHSEED):
+    # a pickle (a replicated group's snapshot, loaded by another replica) carries the items
+    # and the shard type, and the loading process places them by its own hashes.
+    def __getstate__(self) -> tuple[int, type, list[tuple[str, V]]]:
+        # Sorted: the same items pickle alike on every replica, whatever its hash seed.
+        return self.mask, type(self.shards[0]), sorted(self.items(), key=_first)
+
+    def __setstate__(self, state: tuple[int, type, list[tuple[str, V]]]) -> None:
+        mask, shard, items = state
+        self.shards = [shard() for _ in range(mask + 1)]
+        self.mask = mask
+        self.n = 0
+        shards = self.shards
+        for key, value in items:
+            shards[hash(key) & mask][key] = value
+        self.n = len(items)

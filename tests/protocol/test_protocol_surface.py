@@ -66,6 +66,7 @@ ERROR_CODES = {
     "TOO_LARGE": (313, False),
     "STORE_FULL": (314, False),
     "OVERLOADED": (315, True),
+    "UNAVAILABLE": (316, True),
     "INTERNAL_ERROR": (500, True),
 }
 
@@ -78,7 +79,7 @@ def test_error_code_values() -> None:
 @pytest.mark.parametrize("name", list(ERROR_CODES))
 def test_error_code_closes_connection(name: str) -> None:
     """closes_connection: all 1xx, plus UNSUPPORTED_VERSION, TOO_MANY_CONNECTIONS,
-    UNAUTHORIZED, SHUTTING_DOWN, SLOW_CONSUMER, OVERLOADED and INTERNAL_ERROR."""
+    UNAUTHORIZED, SHUTTING_DOWN, SLOW_CONSUMER, OVERLOADED, UNAVAILABLE and INTERNAL_ERROR."""
     assert ErrorCode[name].closes_connection is ERROR_CODES[name][1]
 
 

@@ -1,0 +1,351 @@
+"""A replicated group's state machine: the log's entries, their encoding, and applying them
+through the lock core's door (``GroupState``). Pure and synchronous: no sockets, no clock, no
+etcd. The trio side that proposes entries to etcd and watches them is ``_replica.py``.
+
+Why this shape (issue 18, docs/replication.md): etcd is the group's ordered, replicated log,
+the lock core is its state machine. Every replica applies the same entries, in etcd revision
+order, through the same door calls with the same ``now`` and ``trust``: so every replica holds
+the same lock state, and the replica that received a request answers it once it has applied
+the entry carrying it. Nothing here reads a clock: an entry carries its proposer's clock and
+trust reading, and time in the group is ``now = max(previous now, stamp)``.
+
+Rules kept:
+
+- **Deterministic**: ``apply`` of the same events (entries, replica registrations and
+  departures, each with its revision) in the same order gives the same outputs and the same
+  state on any replica, whatever its hash seed (the door's own rule, and
+  ``ShardedDict``'s hash-independent pickling for snapshots).
+- **Owners are names, not objects**: a connection is ``(replica id, connection number)``. Each
+  replica maps its own names to its sockets; outputs addressed to another replica's
+  connections are that replica's to send.
+- **A replica's entries count while it is registered**: its registration key (held by an etcd
+  lease) is put before its first entry; when the key goes (the lease lapsed, or it left), every
+  connection of it is gone, as a door call at that point of the log, and entries it proposed
+  later are ignored -- so a replica that was cut off and comes back cannot act on old state.
+- **Exactly once**: each entry carries its proposer's batch number; a batch already applied
+  (a proposal retried after a timeout that had in fact committed) is skipped.
+- **Fences from the log**: before an entry is applied, the engine's fence is raised to
+  ``fence_base + (revision << 16) + index``, so every grant's fence names the etcd revision of
+  the entry that made it (and its place in it): strictly increasing across replicas and
+  restarts of any of them.
+
+Entry (msgpack): ``[1, replica, batch, stamp, trust, ops]``; op (a list, first item its kind):
+
+- ``["x", conn, principal, request]`` execute; ``["e", conn, principal, admin, request]`` end;
+  ``["c", conn, request]`` cancel; ``["r", conn, request]`` force-release;
+  ``["s", conn, request]`` subscribe; ``["u", conn, request]`` unsubscribe -- ``request`` is
+  the client's request as its protocol wire map (``protocol.request_to_wire``);
+- ``["g", conn]`` the connection closed; ``["b", conn, request id]`` a read barrier (the
+  proposer answers a read from its applied state once the barrier is applied: reads never see
+  state older than the request); ``["t"]`` a tick (time passes: expiries, wait deadlines).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Any, Final
+
+import attrs
+
+from protocol import (
+    Cancel,
+    EndSession,
+    Execute,
+    ForceRelease,
+    Subscribe,
+    TreeLimits,
+    Unsubscribe,
+    pack,
+    request_from_wire,
+    request_to_wire,
+    unpack,
+)
+
+from .engine import EngineLimits, LockCore, Output, WaitLimits
+
+__all__ = [
+    "ENTRY_FORMAT",
+    "Barrier",
+    "Genesis",
+    "GroupState",
+    "SnapshotError",
+    "decode_entry",
+    "encode_entry",
+]
+
+ENTRY_FORMAT: Final = 1
+#: Grants one entry may make before its fences would reach the next revision's.
+FENCES_PER_REVISION: Final = 1 << 16
+# The log was validated by the replica that proposed it (with the group's limits); applying
+# it decodes with bounds that never refuse what a replica accepted.
+_LOG_LIMITS: Final = TreeLimits(
+    max_depth=1 << 16,
+    max_ops=1 << 30,
+    max_name=1 << 30,
+    max_text=1 << 30,
+    max_value=1 << 30,
+    max_ttl=1e15,
+)
+
+
+class SnapshotError(Exception):
+    """A snapshot could not be read (corrupt, another format, a forbidden object)."""
+
+
+@attrs.frozen
+class Barrier:
+    """The output of an applied read barrier: the proposer now answers request ``request_id``
+    of its connection from its applied state."""
+
+    request_id: int
+
+
+@attrs.frozen
+class Genesis:
+    """What a group is fixed with when its first replica creates it (etcd key ``genesis``):
+    the group time of uptime 0 (wall-clock seconds), the fence base, the ``instance`` every
+    replica's welcome names (so a client reconnecting to another replica knows it is the same
+    state), and the limits every replica applies (determinism needs them equal)."""
+
+    started_at: float
+    instance: str
+    authenticated: bool
+    limits: dict[str, int]
+    wait_limits: dict[str, int]
+
+    def to_bytes(self) -> bytes:
+        return pack(
+            {
+                "started_at": self.started_at,
+                "instance": self.instance,
+                "authenticated": self.authenticated,
+                "limits": self.limits,
+                "wait_limits": self.wait_limits,
+            }
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Genesis:
+        w = unpack(data)
+        return cls(
+            float(w["started_at"]),
+            str(w["instance"]),
+            bool(w["authenticated"]),
+            dict(w["limits"]),
+            dict(w["wait_limits"]),
+        )
+
+    @property
+    def fence_base(self) -> int:
+        """Fences start above the creation time in µs, like a standalone server's."""
+        return int(self.started_at * 1_000_000)
+
+
+def encode_entry(
+    replica: str, batch: int, stamp: float, trust: float, ops: list[list[Any]]
+) -> bytes:
+    """One log entry (a batch of ops proposed by ``replica``)."""
+    return pack([ENTRY_FORMAT, replica, batch, stamp, trust, ops])
+
+
+def decode_entry(data: bytes) -> tuple[str, int, float, float, list[list[Any]]]:
+    """(replica, batch, stamp, trust, ops) of an entry; ValueError when it is not one."""
+    w = unpack(data)
+    if type(w) is not list or len(w) != 6 or w[0] != ENTRY_FORMAT:
+        raise ValueError("not a log entry of format 1")
+    return str(w[1]), int(w[2]), float(w[3]), float(w[4]), list(w[5])
+
+
+def wire(request: Any) -> dict[str, Any]:
+    """A client request as the wire map an op carries."""
+    return request_to_wire(request)
+
+
+class GroupState:
+    """The replicated state: the lock core and the group's bookkeeping around it (live
+    replicas, their connections, the last batch of each, group time, the last revision).
+
+    ``apply_*`` calls return the door's outputs (addresses ``((replica, conn), request id)``);
+    the caller keeps those of its own replica."""
+
+    def __init__(self, genesis: Genesis) -> None:
+        self.genesis = genesis
+        self.core = LockCore(
+            started_at=genesis.started_at,
+            host="",
+            fence_epoch=genesis.fence_base,
+            limits=EngineLimits(**genesis.limits),
+            wait_limits=WaitLimits(**genesis.wait_limits),
+            authenticated=genesis.authenticated,
+        )
+        self.now = genesis.started_at
+        self.trust = 1.0
+        self.revision = 0
+        # replica id -> its address, in registration order
+        self.replicas: dict[str, str] = {}
+        # replica id -> its connections that made calls (insertion-ordered: determinism)
+        self.owners: dict[str, dict[tuple[str, int], None]] = {}
+        # replica id -> the last batch of it applied
+        self.batches: dict[str, int] = {}
+        self.entries = 0
+        self.skipped = 0
+
+    # --- events of the log --------------------------------------------------------------------
+
+    def apply_entry(self, data: bytes, revision: int) -> list[Output]:
+        """Apply one log entry found at ``revision``. An entry of a replica that is not
+        registered (gone, or never) or of a batch applied already changes nothing."""
+        self.revision = revision
+        replica, batch, stamp, trust, ops = decode_entry(data)
+        if replica not in self.replicas or batch <= self.batches.get(replica, 0):
+            self.skipped += 1
+            return []
+        self.batches[replica] = batch
+        self.entries += 1
+        now = self.now if stamp < self.now else stamp
+        self.now = now
+        self.trust = trust
+        core = self.core
+        engine = core.engine
+        floor = self.genesis.fence_base + revision * FENCES_PER_REVISION
+        engine.fence = max(engine.fence, floor)
+        out = core.advance(now, trust=trust)
+        owners = self.owners.setdefault(replica, {})
+        for op in ops:
+            out += self._op(replica, owners, op, now, trust)
+        return out
+
+    def apply_registered(self, replica: str, address: str, revision: int) -> list[Output]:
+        """A replica registered (its key was put): its entries count from now on."""
+        self.revision = revision
+        self.replicas[replica] = address
+        return []
+
+    def apply_departed(self, replica: str, revision: int) -> list[Output]:
+        """A replica's key went (its lease lapsed, or it left): every connection of it is
+        gone now, on every replica; its later entries are ignored."""
+        self.revision = revision
+        if self.replicas.pop(replica, None) is None:
+            return []
+        self.batches.pop(replica, None)
+        out: list[Output] = []
+        core = self.core
+        for owner in self.owners.pop(replica, {}):
+            out += core.owner_gone(owner, now=self.now, trust=self.trust)
+        return out
+
+    # --- ops ----------------------------------------------------------------------------------
+
+    def _op(
+        self,
+        replica: str,
+        owners: dict[tuple[str, int], None],
+        op: list[Any],
+        now: float,
+        trust: float,
+    ) -> list[Output]:
+        kind = op[0]
+        owner = (replica, int(op[1])) if kind != "t" else None
+        core = self.core
+        if kind == "x":
+            owners[owner] = None  # type: ignore[index]
+            msg: Any = request_from_wire(op[3], _LOG_LIMITS)
+            assert type(msg) is Execute
+            return core.execute(
+                owner, msg.request_id, msg.session, msg.transaction, msg.wait, now, trust, op[2]
+            )
+        if kind == "t":
+            return []
+        if kind == "g":
+            owners.pop(owner, None)  # type: ignore[arg-type]
+            return core.owner_gone(owner, now=now, trust=trust)
+        if kind == "b":
+            return [((owner, int(op[2])), Barrier(int(op[2])))]  # type: ignore[list-item]
+        owners[owner] = None  # type: ignore[index]
+        if kind == "e":
+            msg = request_from_wire(op[4], _LOG_LIMITS)
+            assert type(msg) is EndSession
+            return core.end_session(
+                owner,
+                msg.request_id,
+                msg.session_id,
+                now=now,
+                trust=trust,
+                principal=op[2],
+                admin=bool(op[3]),
+            )
+        msg = request_from_wire(op[2], _LOG_LIMITS)
+        if kind == "c":
+            assert type(msg) is Cancel
+            return core.cancel(owner, msg.request_id, msg.target_id, now=now, trust=trust)
+        if kind == "r":
+            assert type(msg) is ForceRelease
+            return core.release(
+                owner,
+                msg.request_id,
+                msg.namespace,
+                msg.table,
+                msg.var,
+                msg.session,
+                now=now,
+                trust=trust,
+            )
+        if kind == "s":
+            assert type(msg) is Subscribe
+            return core.subscribe(owner, msg.request_id, msg.namespace, msg.table)
+        if kind == "u":
+            assert type(msg) is Unsubscribe
+            return core.unsubscribe(owner, msg.request_id, msg.target)
+        raise ValueError(f"unknown op kind {kind!r}")
+
+    # --- snapshots ----------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The whole state as bytes (a pickle: every replica runs the same code; see
+        :func:`restore` for what it may contain)."""
+        return pickle.dumps(self, protocol=5)
+
+    @staticmethod
+    def restore(data: bytes) -> GroupState:
+        """The state a :meth:`snapshot` saved. Only the engine's, the protocol's and a few
+        builtin types may appear in it (SnapshotError otherwise): a snapshot in etcd cannot
+        make a replica run anything."""
+        try:
+            state = _Unpickler(io.BytesIO(data)).load()
+        except SnapshotError:
+            raise
+        except Exception as exc:
+            raise SnapshotError(f"snapshot unreadable: {exc}") from exc
+        if type(state) is not GroupState:
+            raise SnapshotError(f"snapshot holds a {type(state).__name__}, not a GroupState")
+        return state
+
+    def fingerprint(self) -> bytes:
+        """The whole state as comparable bytes (a pickle without its memo, so that strings
+        one process shares and another does not still compare equal): equal on two replicas
+        that applied the same log, whatever their hash seeds."""
+        out = io.BytesIO()
+        pickler = pickle.Pickler(out, protocol=5)
+        pickler.fast = True  # no memo: every object written out in full
+        pickler.dump(self)
+        return out.getvalue()
+
+
+_ALLOWED_BUILTINS: Final = frozenset(
+    {"dict", "list", "set", "frozenset", "tuple", "str", "bytes", "int", "float", "bool", "slice"}
+)
+_ALLOWED_PREFIXES: Final = ("lockserver.engine.", "lockserver._group", "protocol.")
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "builtins" and name in _ALLOWED_BUILTINS:
+            return super().find_class(module, name)
+        if module == "copyreg" and name in ("_reconstructor", "__newobj__"):
+            return super().find_class(module, name)
+        if module.startswith(_ALLOWED_PREFIXES) or module == "collections":
+            if module == "collections" and name not in ("deque", "OrderedDict"):
+                raise SnapshotError(f"snapshot names a forbidden object {module}.{name}")
+            return super().find_class(module, name)
+        raise SnapshotError(f"snapshot names a forbidden object {module}.{name}")

@@ -1,0 +1,705 @@
+"""A replica of a replicated group: proposes its clients' requests to the group's log in etcd,
+applies the log through the group's state machine, answers its own clients.
+
+``Replica`` is the trio side of ``_group.py``; ``ReplicatedDoor`` stands where the shell's
+lock core stands in a single server, with the same calls: each call that would decide
+something becomes an op in the next proposal and returns nothing now; its answer is delivered
+when the entry that carries it has been applied (``Replica.on_outputs``, the shell's
+delivery). The shell, the request handler and the HTTP face are the single server's.
+
+Theory of operation (docs/replication.md):
+
+- **Keys** under ``/lockserver/<group>/``: ``genesis`` (the group's fixed settings,
+  ``_group.Genesis``), ``log`` (one key, put once per entry: the entries are its revisions,
+  in etcd's order), ``replicas/<id>`` (a replica's address, held by its etcd lease),
+  ``snapshot`` (the latest snapshot's revision and chunk count) and ``snapshot/<revision>/<i>``
+  (its chunks).
+- **Joining**: read or create the genesis; load the latest snapshot (or start empty at the
+  genesis); register under a new id with a lease; watch the prefix from the snapshot's
+  revision + 1 and apply everything in revision order; serve once the own registration has
+  been applied.
+- **Proposing**: ops collect while one put is in flight, so a busy replica sends many per
+  etcd write (group commit; bounded by ``batch_ops`` and by etcd's request size). A put that
+  fails is retried with the same batch number (the state machine skips a batch it has
+  applied) until ``commit_timeout``; then the connections whose requests it carried are
+  closed with UNAVAILABLE: their effect, if the put did land, is seen after reconnecting.
+- **Time**: the group clock is this machine's wall clock (``time.time()`` read once, then
+  trio's clock), stamped on each entry; the log makes it monotone. Ticks are proposed when
+  the applied state has a deadline due (expiries, waits) and no tick of this replica is on its
+  way.
+- **Leaving**: a replica whose lease lapsed (cut off, paused, dead) has its registration key
+  deleted by etcd; applying that deletion drops its connections everywhere. When a replica
+  sees its own departure (or its keepalive fails) it closes every client connection and
+  registers again under a new id.
+- **Snapshots**: the replica with the smallest id among the registered ones writes one every
+  ``snapshot_every`` applied entries (and at most every ``snapshot_interval`` seconds when
+  something happened), then deletes older chunks and compacts etcd to its revision. A
+  replica whose watch falls behind a compaction loads the snapshot again (its connections
+  are closed: answers in the skipped entries cannot be delivered).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import time
+from collections.abc import Callable, Hashable
+from typing import Any, Final
+
+import attrs
+import trio
+
+from protocol import (
+    Cancel,
+    EndSession,
+    ErrorCode,
+    Execute,
+    ForceRelease,
+    ListQuery,
+    SessionSpec,
+    Subscribe,
+    Transaction,
+    Unsubscribe,
+    pack,
+    unpack,
+)
+
+from ._etcd import Compacted, Etcd, EtcdError, LeaseGone
+from ._group import Barrier, Genesis, GroupState, encode_entry, wire
+from ._peer import Peer
+from .engine import CoreStatistics, Engine, LockCore, Output, SessionsListing, Visibility
+
+__all__ = ["ReplicatedDoor", "Replica", "ReplicationSettings", "group_prefix"]
+
+log = logging.getLogger("lockserver.replica")
+
+#: Bytes of one etcd value this side writes at most (etcd refuses requests past ~1.5 MiB).
+VALUE_LIMIT: Final = 1_000_000
+
+
+@attrs.frozen
+class ReplicationSettings:
+    """How a replica uses etcd (``--replicate``, ``--group``, docs/replication.md)."""
+
+    endpoints: tuple[str, ...]
+    group: str
+    lease_ttl: int = 5
+    batch_ops: int = 1024
+    commit_timeout: float = 3.0
+    snapshot_every: int = 50_000
+    snapshot_interval: float = 300.0
+    compact: bool = True
+
+
+def group_prefix(group: str) -> bytes:
+    """The etcd key prefix of ``group``'s keys."""
+    return f"/lockserver/{group}/".encode()
+
+
+class Replica:
+    """One replica: its registration, proposals, the watch that applies the log, snapshots.
+
+    Create with :meth:`join` (async: it reads etcd); run :meth:`run` in a nursery; the shell
+    sets :attr:`on_outputs` (delivers outputs to this replica's peers) and :attr:`on_reset`
+    (closes every client connection)."""
+
+    def __init__(
+        self,
+        settings: ReplicationSettings,
+        etcd: Etcd,
+        address: str,
+        genesis: Genesis,
+        state: GroupState,
+    ) -> None:
+        self.settings = settings
+        self.etcd = etcd
+        self.address = address
+        self.genesis = genesis
+        self.state = state
+        self.prefix = group_prefix(settings.group)
+        self.log_key = self.prefix + b"log"
+        self.replicas_prefix = self.prefix + b"replicas/"
+        self.rid = ""
+        self.lease = 0
+        self.batch = 0
+        # the group clock: wall-clock seconds, read once, then trio's clock
+        self.offset = time.time() - trio.current_time()
+        # this replica's connections: peer <-> number
+        self._numbers: dict[Peer, int] = {}
+        self._peers: dict[int, Peer] = {}
+        self._next = 0
+        self._ops: list[list[Any]] = []
+        self._have_ops = trio.Event()
+        self.tick_pending = False
+        self._reads: dict[tuple[int, int], Callable[[], list[Output]]] = {}
+        self.registered = trio.Event()
+        self.registered_at = 0  # the revision of this replica's registration
+        self.joined_at = 0  # the revision of the state it started from (a snapshot's, or 0)
+        self.trust: Callable[[float], float] = lambda now: 1.0
+        self.on_outputs: Callable[[list[Output]], None] = lambda outs: None
+        self.on_reset: Callable[[str], None] = lambda why: None
+        self.wake: Callable[[float], None] = lambda deadline: None
+        self.applied_since_snapshot = 0
+        self.snapshots_written = 0
+        self.snapshots_loaded = 0
+        self.commit_failures = 0
+        self.resets = 0
+        self.apply_errors = 0
+        self._reregister = False
+        self.puts = 0
+        self.ops_proposed = 0
+
+    # --- joining ------------------------------------------------------------------------------
+
+    @classmethod
+    async def join(
+        cls, settings: ReplicationSettings, etcd: Etcd, address: str, genesis: Genesis
+    ) -> Replica:
+        """Read (or create) the group's genesis and its latest state; not yet registered."""
+        prefix = group_prefix(settings.group)
+        key = prefix + b"genesis"
+        created, _ = await etcd.put_if_absent(key, genesis.to_bytes())
+        kv = await etcd.get(key)
+        assert kv is not None
+        found = Genesis.from_bytes(kv.value)
+        if not created and found != genesis:
+            log.info(
+                "group %r exists (instance %s): its genesis settings apply",
+                settings.group,
+                found.instance,
+            )
+        state, from_snapshot = await load_state(etcd, prefix, found, kv.mod_revision)
+        replica = cls(settings, etcd, address, found, state)
+        replica.joined_at = state.revision
+        replica.snapshots_loaded = int(from_snapshot)
+        return replica
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Register, apply the log, propose, keep the lease, write snapshots; ``started``
+        once this replica's registration has been applied (it serves from then on)."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_loop)
+            await self._register()
+            nursery.start_soon(self._keepalive_loop)
+            nursery.start_soon(self._propose_loop)
+            nursery.start_soon(self._snapshot_loop)
+            await self.registered.wait()
+            task_status.started()
+
+    async def _register(self) -> None:
+        self.rid = secrets.token_hex(6)
+        self.batch = 0
+        self.registered = trio.Event()
+        lease, _ = await self.etcd.lease_grant(self.settings.lease_ttl)
+        self.lease = lease
+        _, revision = await self.etcd.put_if_absent(
+            self.replicas_prefix + self.rid.encode(), self.address.encode(), lease=lease
+        )
+        self.registered_at = revision
+        log.info(
+            "replica %s of group %r registered (revision %d)",
+            self.rid,
+            self.settings.group,
+            revision,
+        )
+
+    # --- the clock ----------------------------------------------------------------------------
+
+    def group_now(self) -> float:
+        return trio.current_time() + self.offset
+
+    # --- connections --------------------------------------------------------------------------
+
+    def number(self, peer: Peer) -> int:
+        n = self._numbers.get(peer)
+        if n is None:
+            self._next += 1
+            n = self._numbers[peer] = self._next
+            self._peers[n] = peer
+        return n
+
+    def forget(self, peer: Peer) -> int | None:
+        n = self._numbers.pop(peer, None)
+        if n is not None:
+            self._peers.pop(n, None)
+        return n
+
+    # --- proposing ----------------------------------------------------------------------------
+
+    def propose(self, op: list[Any]) -> None:
+        self._ops.append(op)
+        self._have_ops.set()
+
+    def read(self, peer: Peer, request_id: int, answer: Callable[[Hashable], list[Output]]) -> None:
+        """Answer a read once everything proposed before it has been applied: ``answer`` is
+        called with the connection's name in the group then."""
+        n = self.number(peer)
+        name = (self.rid, n)
+        self._reads[n, request_id] = lambda: answer(name)
+        self.propose(["b", n, request_id])
+
+    async def _propose_loop(self) -> None:
+        limit = self.settings.batch_ops
+        while True:
+            await self._have_ops.wait()
+            self._have_ops = trio.Event()
+            while self._ops:
+                ops, self._ops = self._ops[:limit], self._ops[limit:]
+                for chunk in _fit(ops, self._entry):
+                    await self._commit(chunk)
+
+    def _entry(self, ops: list[list[Any]]) -> bytes:
+        now = trio.current_time()
+        return encode_entry(self.rid, self.batch + 1, now + self.offset, self.trust(now), ops)
+
+    async def _commit(self, ops: list[list[Any]]) -> None:
+        """Put one entry, retried with the same batch number until ``commit_timeout``."""
+        self.batch += 1
+        data = encode_entry(
+            self.rid, self.batch, self.group_now(), self.trust(trio.current_time()), ops
+        )
+        delay = 0.05
+        with trio.move_on_after(self.settings.commit_timeout):
+            while True:
+                try:
+                    await self.etcd.put(self.log_key, data)
+                    self.puts += 1
+                    self.ops_proposed += len(ops)
+                    return
+                except EtcdError as exc:
+                    log.warning("replica %s: proposing failed, retrying: %s", self.rid, exc)
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+        self.commit_failures += 1
+        message = (
+            f"this replica cannot reach the group's log (etcd) for "
+            f"{self.settings.commit_timeout:g} s: nothing is answered here; reconnect to another "
+            "replica (a request of this connection may have committed: see it there)"
+        )
+        for op in ops:
+            if op[0] == "t":
+                self.tick_pending = False
+                continue
+            peer = self._peers.get(int(op[1]))
+            if peer is not None:
+                peer.stop(ErrorCode.UNAVAILABLE, message)
+
+    # --- applying -----------------------------------------------------------------------------
+
+    async def _watch_loop(self) -> None:
+        backoff = 0.05
+        while True:
+            try:
+                async with self.etcd.watch(
+                    self.prefix, start_revision=self.state.revision + 1
+                ) as batches:
+                    backoff = 0.05
+                    async for events in batches:
+                        self._apply(events)
+            except Compacted as exc:
+                log.warning(
+                    "replica %s: the log was compacted past what it applied (%d < %d): loading "
+                    "the snapshot",
+                    self.rid,
+                    self.state.revision,
+                    exc.compact_revision,
+                )
+                self.state, _ = await load_state(
+                    self.etcd, self.prefix, self.genesis, self.state.revision
+                )
+                self.snapshots_loaded += 1
+                self._reset("the replica reloaded the group's state from a snapshot")
+                continue
+            except EtcdError as exc:
+                log.warning("replica %s: watching the log failed, resuming: %s", self.rid, exc)
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
+
+    def _apply(self, events: list[Any]) -> None:
+        state = self.state
+        outs: list[Output] = []
+        log_key = self.log_key
+        replicas = self.replicas_prefix
+        for ev in events:
+            try:
+                outs += self._apply_event(ev, log_key, replicas)
+            except Exception:  # a bug: every replica meets it alike (the log is the same)
+                self.apply_errors += 1
+                log.exception(
+                    "replica %s: applying revision %d failed; skipped", self.rid, ev.mod_revision
+                )
+                state.revision = max(state.revision, ev.mod_revision)
+        try:
+            self._deliver(outs)
+        except Exception:
+            self.apply_errors += 1
+            log.exception("replica %s: delivering answers failed", self.rid)
+        self.tick_pending = False  # time moved with what was applied: a new tick if due
+        due = state.core.next_deadline()
+        if due is not None:
+            self.wake(due - self.offset)
+
+    def _apply_event(self, ev: Any, log_key: bytes, replicas: bytes) -> list[Output]:
+        state = self.state
+        outs: list[Output] = []
+        key = ev.key
+        if key == log_key:
+            if ev.kind == "put":
+                outs += state.apply_entry(ev.value, ev.mod_revision)
+                self.applied_since_snapshot += 1
+        elif key.startswith(replicas):
+            rid = key[len(replicas) :].decode()
+            if ev.kind == "put":
+                outs += state.apply_registered(rid, ev.value.decode(), ev.mod_revision)
+                if rid == self.rid:
+                    self.registered.set()
+            else:
+                outs += state.apply_departed(rid, ev.mod_revision)
+                if rid == self.rid:
+                    self._departed()
+        else:
+            state.revision = max(state.revision, ev.mod_revision)
+        return outs
+
+    def _deliver(self, outs: list[Output]) -> None:
+        """Hand the outputs addressed to this replica's connections to the shell (their
+        peers in place of their names); a read barrier of this replica runs its read now
+        and its answer goes out in the same order."""
+        mine: list[Output] = []
+        rid = self.rid
+        peers = self._peers
+        queue = list(outs)
+        i = 0
+        while i < len(queue):
+            (owner, request_id), payload = queue[i]
+            i += 1
+            o: Any = owner
+            if o[0] != rid:
+                continue
+            kind: Any = type(payload)  # a Barrier is the group's own output, not the door's
+            if kind is Barrier:
+                answer = self._reads.pop((o[1], request_id), None)
+                if answer is not None:
+                    queue[i:i] = answer()
+                continue
+            peer = peers.get(o[1])
+            if peer is None:  # closed meanwhile: its "gone" is on its way
+                continue
+            if type(payload) is SessionsListing:
+                # the connections of other replicas are theirs to name
+                payload = SessionsListing(
+                    payload.page,
+                    tuple(
+                        tuple(peers[p[1]] for p in owners if p[0] == rid and p[1] in peers)  # type: ignore[index]
+                        for owners in payload.owners
+                    ),
+                )
+            mine.append(((peer, request_id), payload))
+        if mine:
+            self.on_outputs(mine)
+
+    def _departed(self) -> None:
+        """This replica's registration is gone (its lease lapsed): every connection of it was
+        dropped by the group. Close them and register again."""
+        log.warning("replica %s: its registration lapsed; closing its connections", self.rid)
+        self._reset("this replica lost its place in the group (its etcd lease lapsed)")
+        self._reregister = True
+
+    def _reset(self, why: str) -> None:
+        self.resets += 1
+        self._reads.clear()
+        self._ops.clear()
+        self.on_reset(why)
+        self._numbers.clear()
+        self._peers.clear()
+
+    # --- the lease ----------------------------------------------------------------------------
+
+    async def _keepalive_loop(self) -> None:
+        self._reregister = False
+        while True:
+            await trio.sleep(self.settings.lease_ttl / 3)
+            if not self._reregister:
+                try:
+                    await self.etcd.lease_keepalive(self.lease)
+                    continue
+                except LeaseGone:
+                    log.warning("replica %s: its lease is gone", self.rid)
+                    self._reset("this replica lost its place in the group (its etcd lease lapsed)")
+                except EtcdError as exc:
+                    log.warning("replica %s: keepalive failed: %s", self.rid, exc)
+                    continue
+            self._reregister = False
+            try:
+                await self._register()
+            except EtcdError as exc:
+                log.warning("replica %s: registering again failed: %s", self.rid, exc)
+                self._reregister = True
+
+    # --- snapshots ----------------------------------------------------------------------------
+
+    def snapshot_writer(self) -> bool:
+        """Whether this replica writes the group's snapshots: the registered replica with the
+        smallest id (every replica agrees, from the applied state)."""
+        replicas = self.state.replicas
+        return bool(replicas) and min(replicas) == self.rid
+
+    async def _snapshot_loop(self) -> None:
+        settings = self.settings
+        last = trio.current_time()
+        while True:
+            await trio.sleep(1.0)
+            due = self.applied_since_snapshot >= settings.snapshot_every or (
+                self.applied_since_snapshot > 0
+                and trio.current_time() - last >= settings.snapshot_interval
+            )
+            if not due or not self.snapshot_writer():
+                continue
+            try:
+                await self.write_snapshot()
+            except EtcdError as exc:
+                log.warning("replica %s: writing a snapshot failed: %s", self.rid, exc)
+            last = trio.current_time()
+
+    async def write_snapshot(self) -> int:
+        """Write the applied state as the group's snapshot; delete older chunks; compact etcd
+        to its revision. Returns the revision."""
+        revision = self.state.revision
+        data = self.state.snapshot()
+        self.applied_since_snapshot = 0
+        chunks = [data[i : i + VALUE_LIMIT] for i in range(0, len(data), VALUE_LIMIT)] or [b""]
+        base = self.prefix + b"snapshot/%020d/" % revision
+        for i, chunk in enumerate(chunks):
+            await self.etcd.put(base + b"%06d" % i, chunk)
+        meta = pack(
+            {
+                "revision": revision,
+                "chunks": len(chunks),
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+        )
+        old = await self.etcd.get(self.prefix + b"snapshot")
+        await self.etcd.put(self.prefix + b"snapshot", meta)
+        if old is not None:
+            previous = int(unpack(old.value)["revision"])
+            if previous < revision:
+                await self.etcd.delete_prefix(self.prefix + b"snapshot/%020d/" % previous)
+        self.snapshots_written += 1
+        if self.settings.compact:
+            try:
+                await self.etcd.compact(revision)
+            except EtcdError as exc:  # compacted further already, by someone else
+                log.info("replica %s: compaction at %d: %s", self.rid, revision, exc)
+        log.info(
+            "replica %s: snapshot at revision %d (%d bytes, %d chunks)",
+            self.rid,
+            revision,
+            len(data),
+            len(chunks),
+        )
+        return revision
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "group": self.settings.group,
+            "replica": self.rid,
+            "replicas": dict(self.state.replicas),
+            "revision": self.state.revision,
+            "entries_applied": self.state.entries,
+            "entries_skipped": self.state.skipped,
+            "puts": self.puts,
+            "ops_proposed": self.ops_proposed,
+            "commit_failures": self.commit_failures,
+            "snapshots_written": self.snapshots_written,
+            "snapshots_loaded": self.snapshots_loaded,
+            "resets": self.resets,
+            "apply_errors": self.apply_errors,
+        }
+
+
+async def load_state(
+    etcd: Etcd, prefix: bytes, genesis: Genesis, at_least: int
+) -> tuple[GroupState, bool]:
+    """The group's latest snapshot (True), or a fresh state at the genesis (revision
+    ``at_least``; False)."""
+    meta_kv = await etcd.get(prefix + b"snapshot")
+    if meta_kv is None:
+        state = GroupState(genesis)
+        state.revision = at_least
+        return state, False
+    meta = unpack(meta_kv.value)
+    revision = int(meta["revision"])
+    base = prefix + b"snapshot/%020d/" % revision
+    kvs, _ = await etcd.get_prefix(base)
+    data = b"".join(kv.value for kv in kvs)
+    if len(kvs) != int(meta["chunks"]) or hashlib.sha256(data).hexdigest() != meta["sha256"]:
+        raise EtcdError(f"snapshot at revision {revision} is incomplete or corrupt")
+    state = GroupState.restore(data)
+    log.info("loaded the group's snapshot at revision %d (%d bytes)", revision, len(data))
+    return state, True
+
+
+def _fit(ops: list[list[Any]], encode: Callable[[list[list[Any]]], bytes]) -> list[list[list[Any]]]:
+    """Split ``ops`` into runs whose entry fits an etcd value."""
+    if len(ops) <= 1 or len(encode(ops)) <= VALUE_LIMIT:
+        return [ops]
+    half = len(ops) // 2
+    return _fit(ops[:half], encode) + _fit(ops[half:], encode)
+
+
+class ReplicatedDoor:
+    """The lock core's calls, for the shell of a replica: requests become ops of the next
+    proposal (nothing is returned now: answers come when their entry is applied); reads of
+    the state (statistics, uptime, deadlines) read the applied state."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+
+    @property
+    def core(self) -> LockCore:
+        return self.replica.state.core
+
+    @property
+    def engine(self) -> Engine:
+        return self.replica.state.core.engine
+
+    def execute(
+        self,
+        owner: Hashable,
+        request_id: int,
+        session: SessionSpec,
+        tx: Transaction,
+        wait: float | None,
+        now: float,
+        trust: float,
+        principal: str,
+    ) -> list[Output]:
+        r = self.replica
+        n = r.number(owner)  # type: ignore[arg-type]
+        r.propose(["x", n, principal, wire(Execute(request_id, session, tx, wait))])
+        return []
+
+    def end_session(
+        self,
+        owner: Hashable,
+        request_id: int,
+        session_id: str,
+        *,
+        now: float,
+        trust: float,
+        principal: str,
+        admin: bool = False,
+    ) -> list[Output]:
+        r = self.replica
+        n = r.number(owner)  # type: ignore[arg-type]
+        r.propose(["e", n, principal, admin, wire(EndSession(request_id, session_id))])
+        return []
+
+    def release(
+        self,
+        owner: Hashable,
+        request_id: int,
+        namespace: str,
+        table: str,
+        var: str,
+        session_id: str | None,
+        *,
+        now: float,
+        trust: float,
+    ) -> list[Output]:
+        r = self.replica
+        n = r.number(owner)  # type: ignore[arg-type]
+        msg = ForceRelease(request_id, namespace, table, var, session_id)
+        r.propose(["r", n, wire(msg)])
+        return []
+
+    def listing(
+        self,
+        owner: Hashable,
+        request_id: int,
+        kind: str,
+        query: ListQuery,
+        *,
+        now: float,
+        trust: float,
+        visible: Visibility | None = None,
+    ) -> list[Output]:
+        r = self.replica
+
+        def answer(name: Hashable) -> list[Output]:
+            return r.state.core.listing(
+                name,
+                request_id,
+                kind,
+                query,
+                now=r.state.now,
+                trust=r.state.trust,
+                visible=visible,
+            )
+
+        if isinstance(owner, Peer):
+            r.read(owner, request_id, answer)
+            return []
+        # The HTTP face (not a connection of the protocol): the applied state, as of now.
+        return answer(owner)
+
+    def busiest_tables(self, n: int, *, visible: Visibility | None = None) -> Any:
+        return self.core.busiest_tables(n, visible=visible)
+
+    def subscribe(
+        self, owner: Hashable, request_id: int, namespace: str, table: str | None
+    ) -> list[Output]:
+        r = self.replica
+        n = r.number(owner)  # type: ignore[arg-type]
+        r.propose(["s", n, wire(Subscribe(request_id, namespace, table))])
+        return []
+
+    def unsubscribe(self, owner: Hashable, request_id: int, target: int) -> list[Output]:
+        r = self.replica
+        n = r.number(owner)  # type: ignore[arg-type]
+        r.propose(["u", n, wire(Unsubscribe(request_id, target))])
+        return []
+
+    def cancel(
+        self, owner: Hashable, request_id: int, target: int, *, now: float, trust: float
+    ) -> list[Output]:
+        r = self.replica
+        n = r.number(owner)  # type: ignore[arg-type]
+        r.propose(["c", n, wire(Cancel(request_id, target))])
+        return []
+
+    def owner_gone(self, owner: Hashable, *, now: float, trust: float) -> list[Output]:
+        n = self.replica.forget(owner)  # type: ignore[arg-type]
+        if n is not None:
+            self.replica.propose(["g", n])
+        return []
+
+    def advance(self, now: float, *, trust: float) -> list[Output]:
+        r = self.replica
+        due = r.state.core.next_deadline()
+        if due is not None and due <= now + r.offset and not r.tick_pending and r.rid:
+            r.tick_pending = True
+            r.propose(["t"])
+        return []
+
+    def next_deadline(self) -> float | None:
+        r = self.replica
+        if r.tick_pending:
+            return None
+        due = r.state.core.next_deadline()
+        return None if due is None else due - r.offset
+
+    def uptime(self, now: float) -> float:
+        r = self.replica
+        return r.state.core.uptime(max(r.state.now, now + r.offset))
+
+    def statistics(self, now: float, *, trust: float) -> tuple[CoreStatistics, list[Output]]:
+        # As of the applied time: taking the counts changes nothing (every replica's state
+        # stays what the log made it).
+        state = self.replica.state
+        stats, _ = state.core.statistics(state.now, trust=state.trust)
+        return stats, []
+
+
