@@ -379,6 +379,7 @@ class Replica:
                 continue
             kind: Any = type(payload)  # a Barrier is the group's own output, not the door's
             if kind is Barrier:
+                assert request_id is not None
                 answer = self._reads.pop((o[1], request_id), None)
                 if answer is not None:
                     queue[i:i] = answer()
