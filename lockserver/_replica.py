@@ -52,14 +52,17 @@ import trio
 
 from protocol import (
     Cancel,
+    Cause,
     EndSession,
     ErrorCode,
     Execute,
     ForceRelease,
     ListQuery,
     SessionSpec,
+    Status,
     Subscribe,
     Transaction,
+    TransactionResult,
     Unsubscribe,
     pack,
     unpack,
@@ -121,6 +124,7 @@ class Replica:
         self.log_key = self.prefix + b"log"
         self.replicas_prefix = self.prefix + b"replicas/"
         self.rid = ""
+        self.started = trio.current_time()  # this replica's own uptime counts from here
         self.lease = 0
         self.batch = 0
         # the group clock: wall-clock seconds, read once, then trio's clock
@@ -578,6 +582,25 @@ class ReplicatedDoor:
         principal: str,
     ) -> list[Output]:
         r = self.replica
+        if tx.min_uptime:
+            # The uptime gate is this replica's own (docs/replication.md): a replica that
+            # (re)started refuses a contract its process uptime does not meet, as a server
+            # that restarted would; the group's uptime is checked again by the door.
+            mine = now - r.started
+            if mine < tx.min_uptime:
+                refusal = TransactionResult(
+                    Status.TRANSACTION_ERROR,
+                    Cause.MINIMUM_REQUIREMENTS,
+                    tx.transaction_id,
+                    "",
+                    mine,
+                    trust,
+                    None,
+                    (),
+                    r.state.core.engine.fence,
+                    None,
+                )
+                return [((owner, request_id), refusal)]
         n = r.number(owner)  # type: ignore[arg-type]
         r.propose(["x", n, principal, wire(Execute(request_id, session, tx, wait))])
         return []
@@ -702,5 +725,3 @@ class ReplicatedDoor:
         state = self.replica.state
         stats, _ = state.core.statistics(state.now, trust=state.trust)
         return stats, []
-
-

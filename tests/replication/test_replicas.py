@@ -29,7 +29,7 @@ from client import (
 )
 from lockserver import RunningServer, ServerConfig, serve
 from lockserver._replica import Replica
-from protocol import ErrorCode
+from protocol import Cause, ErrorCode
 
 from .etcd_support import EtcdCluster
 
@@ -262,4 +262,24 @@ async def test_replica_cut_off_from_etcd_answers_unavailable(etcd1: EtcdCluster)
                     assert "cannot reach the group's log" in cause.message
                 finally:
                     etcd1.cont(0)
+            nursery.cancel_scope.cancel()
+
+
+async def test_uptime_gate_is_the_replicas_own(etcd1: EtcdCluster) -> None:
+    """A contract's minimum uptime is checked against the replica's own process uptime (a
+    replica that just started refuses, as a restarted server would), then the group's."""
+    group = f"g{next(_groups)}"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            r1 = await start(nursery, etcd1, group)
+            async with open_lock_client("127.0.0.1", r1.port) as c:
+                s = c.session(session_id="u")
+                refused = await s.execute("ns", acquire("x", "u"), min_uptime=60.0)
+                assert not refused.ok and refused.cause is Cause.MINIMUM_REQUIREMENTS
+                r1.replica.started -= 120.0  # as if this replica had run for two minutes
+                # the group itself is younger than 60 s: the door refuses it as well
+                again = await s.execute("ns", acquire("x", "u"), min_uptime=60.0)
+                assert not again.ok and again.cause is Cause.MINIMUM_REQUIREMENTS
+                young = await s.execute("ns", acquire("x", "u"), min_uptime=0.001)
+                assert young.ok
             nursery.cancel_scope.cancel()
