@@ -745,6 +745,9 @@ class Server:
         core, losses = self.core.statistics(now, trust=self.trust.trust(now))
         self.requests.deliver(losses)  # sessions that expired as the counts were taken
         requests = self.requests
+        extra: dict[str, Any] = {}
+        if self.replica is not None:
+            extra["replication"] = self.replica.statistics()
         return {
             "server": {
                 "version": self.version,
@@ -778,4 +781,5 @@ class Server:
             "engine": core.engine.to_wire(),
             "limits": dict(self.limits),
             "gc": self.gc_pauses.to_wire(),
+            **extra,
         }
