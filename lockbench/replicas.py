@@ -13,15 +13,17 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["START_TIMEOUT", "ReplicaGroup", "ReplicaProcess"]
+__all__ = ["START_TIMEOUT", "Contention", "ReplicaGroup", "ReplicaProcess"]
 
 #: Seconds a replica may take to join its group and listen.
 START_TIMEOUT: Final = 20.0
@@ -190,3 +192,98 @@ class ReplicaGroup:
         for i in range(len(self.replicas)):
             with contextlib.suppress(Exception):
                 self.kill(i)
+
+
+class Contention:
+    """``threads`` clients contending for ``locks`` mutexes of namespace ``namespace`` through
+    a group (``servers=[addresses]``), each thread with its own client and session, every
+    critical section recorded in ``recorder`` (``lockbench.safety``). Errors of the transport
+    (a replica killed or stopped under a thread) are counted and the thread goes on: what is
+    checked is that no lock was ever held twice, and that grants keep coming.
+
+    ``start()``, then ``stop()`` (joins; bounded by ``join_timeout``); ``grants`` counts the
+    recorded critical sections, ``errors`` the calls that failed."""
+
+    def __init__(
+        self,
+        addresses: list[str],
+        recorder: Any,
+        *,
+        threads: int = 4,
+        locks: int = 2,
+        namespace: str = "faults",
+        max_age: float = 10.0,
+        hold: float = 0.002,
+        timeout: float = 3.0,
+        seed: int = 1,
+    ) -> None:
+        self.addresses = list(addresses)
+        self.recorder = recorder
+        self.threads = threads
+        self.locks = locks
+        self.namespace = namespace
+        self.max_age = max_age
+        self.hold = hold
+        self.timeout = timeout
+        self.seed = seed
+        self.grants = 0
+        self.errors = 0
+        self.error_kinds: dict[str, int] = {}
+        self._mu = threading.Lock()
+        self._stop = threading.Event()
+        self._workers: list[threading.Thread] = []
+
+    def start(self) -> Contention:
+        self._workers = [
+            threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(self.threads)
+        ]
+        for w in self._workers:
+            w.start()
+        return self
+
+    def stop(self, join_timeout: float = 30.0) -> None:
+        self._stop.set()
+        deadline = time.monotonic() + join_timeout
+        for w in self._workers:
+            w.join(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def alive(self) -> int:
+        return sum(w.is_alive() for w in self._workers)
+
+    def _count_error(self, exc: BaseException) -> None:
+        with self._mu:
+            self.errors += 1
+            name = type(exc).__name__
+            self.error_kinds[name] = self.error_kinds.get(name, 0) + 1
+
+    def _run(self, index: int) -> None:
+        from client import LockClient, LockClientError, Mutex
+
+        rng = random.Random(self.seed * 1000 + index)
+        holder = f"t{self.seed}-{index}"
+        while not self._stop.is_set():
+            try:
+                with LockClient(servers=[self.addresses], timeout=self.timeout) as c:
+                    session = c.session(max_age=self.max_age)
+                    while not self._stop.is_set():
+                        name = f"m{rng.randrange(self.locks)}"
+                        lock = Mutex(session, self.namespace, name)
+                        try:
+                            if not lock.acquire(timeout=self.timeout):
+                                continue
+                        except LockClientError as exc:
+                            self._count_error(exc)
+                            continue
+                        with self.recorder.hold(name, "w", lock.fence, holder):
+                            if self.hold:
+                                time.sleep(rng.random() * self.hold)
+                        with self._mu:
+                            self.grants += 1
+                        try:
+                            lock.release()
+                        except LockClientError as exc:
+                            self._count_error(exc)
+            except LockClientError as exc:
+                self._count_error(exc)
+                time.sleep(0.1)
