@@ -147,12 +147,15 @@ class ReplicaGroup:
                 raise RuntimeError(
                     f"replica {r.index} exited with {r.process.returncode}:\n{r.log_tail()}"
                 )
-            with contextlib.suppress(OSError), socket.create_connection(
-                ("127.0.0.1", r.port), timeout=0.5
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", r.port), timeout=0.5),
             ):
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"replica {r.index} did not listen in {START_TIMEOUT} s:\n{r.log_tail()}")
+        raise RuntimeError(
+            f"replica {r.index} did not listen in {START_TIMEOUT} s:\n{r.log_tail()}"
+        )
 
     def running(self, i: int) -> bool:
         p = self.replicas[i].process

@@ -1,4 +1,4 @@
-"""Fixtures of the replication tests: real etcd clusters (tests/replication/etcd_support.py).
+"""Fixtures of the replication tests: real etcd clusters (lockbench/etcd.py).
 
 - ``etcd1``: one member, started once per test module (about 0.5 s) and shared by its tests;
   before each test every key is deleted, and a member a previous test killed or stopped is
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .etcd_support import ETCD, SKIP_REASON, EtcdCluster, started, wipe
+from lockbench.etcd import ETCD, SKIP_REASON, EtcdCluster, started, wipe
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from lockserver._etcd import (
     prefix_end,
 )
 
-from .etcd_support import EtcdCluster, free_ports
+from lockbench.etcd import EtcdCluster, free_ports
 
 #: Seconds any one test may take.
 BOUND = 15

@@ -1,4 +1,4 @@
-"""The etcd test harness itself (tests/replication/etcd_support.py): members come up on
+"""The etcd test harness itself (lockbench/etcd.py): members come up on
 loopback, faults do what they say, a failed start explains itself, and nothing outlives
 ``terminate``."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from .etcd_support import (
+from lockbench.etcd import (
     ETCD,
     SKIP_REASON,
     START_ATTEMPTS,

@@ -31,7 +31,7 @@ from lockserver import RunningServer, ServerConfig, serve
 from lockserver._replica import Replica
 from protocol import Cause, ErrorCode
 
-from .etcd_support import EtcdCluster
+from lockbench.etcd import EtcdCluster
 
 _groups = itertools.count()
 

@@ -1,5 +1,5 @@
-"""Real etcd for the replication tests: :class:`EtcdCluster` starts one or three etcd members
-as child processes on loopback ports, with their data and logs in a temporary directory, and
+"""Real etcd on this machine, for the replication tests, the soak, the benchmark and the demo:
+:class:`EtcdCluster` starts one or three etcd members as child processes on loopback ports, with their data and logs in a temporary directory, and
 injects the faults the tests need (SIGKILL, SIGSTOP/SIGCONT, restart).
 
 Rules kept:
