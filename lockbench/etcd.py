@@ -1,6 +1,7 @@
 """Real etcd on this machine, for the replication tests, the soak, the benchmark and the demo:
-:class:`EtcdCluster` starts one or three etcd members as child processes on loopback ports, with their data and logs in a temporary directory, and
-injects the faults the tests need (SIGKILL, SIGSTOP/SIGCONT, restart).
+:class:`EtcdCluster` starts one or three etcd members as child processes on loopback ports,
+with their data and logs in a temporary directory, and injects the faults the tests need
+(SIGKILL, SIGSTOP/SIGCONT, restart).
 
 Rules kept:
 - **Only loopback, only free ports.** Client and peer URLs are 127.0.0.1 on ports the kernel

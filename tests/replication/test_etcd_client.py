@@ -13,6 +13,7 @@ from functools import partial
 import pytest
 import trio
 
+from lockbench.etcd import EtcdCluster, free_ports
 from lockserver._etcd import (
     MAX_VALUE,
     PAGE,
@@ -29,8 +30,6 @@ from lockserver._etcd import (
     WatchEvent,
     prefix_end,
 )
-
-from lockbench.etcd import EtcdCluster, free_ports
 
 #: Seconds any one test may take.
 BOUND = 15

@@ -27,11 +27,10 @@ from client import (
     SetVar,
     open_lock_client,
 )
+from lockbench.etcd import EtcdCluster
 from lockserver import RunningServer, ServerConfig, serve
 from lockserver._replica import Replica
 from protocol import Cause, ErrorCode
-
-from lockbench.etcd import EtcdCluster
 
 _groups = itertools.count()
 
