@@ -50,6 +50,9 @@ Theory of operation:
   server that no longer reads.
 - A reconnect reports the losses no connection could hear (``ClientCore.reconnected``: a
   restarted server, an expired session guarantee) before its keepalives are written.
+- A (re)connect goes to a member of the client's entry (a server, or a replicated group's
+  replicas) in the order ``_failover.Members`` gives: one round, each member once; ``host``
+  and ``port`` then name the member in use.
 - Reconnect, retry and error rules are the core's (see ``_core`` and ``_wire``).
 """
 
@@ -73,11 +76,21 @@ from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, Waite
 
 from ._async_session import AsyncSession, AsyncShardedSession
 from ._core import ClientCore, ClientStatistics, handshake_error, not_sent
-from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
+from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerError, ServerUnavailable
+from ._failover import Members
 from ._inspect import listing_request, release_request, subscribe_request, unsubscribe_request
 from ._loops import CLOSED, Slot, hooks_for_running_loop
-from ._placement import ServerAddress
-from ._sharding import Router, Subscriptions, join_cursor, split_cursor, unavailable
+from ._placement import ServerAddress, ServerGroup, Servers
+from ._sharding import (
+    Router,
+    Subscriptions,
+    client_groups,
+    describe,
+    join_cursor,
+    shard_servers,
+    split_cursor,
+    unavailable,
+)
 from ._wire import (
     END,
     HELLO,
@@ -127,7 +140,7 @@ async def open_lock_client(
     host: str = "127.0.0.1",
     port: int = 7400,
     *,
-    servers: str | Iterable[str] | None = None,
+    servers: Servers | None = None,
     client_name: str = "python-trio",
     connect_timeout: float = 10.0,
     token: str | None = None,
@@ -148,7 +161,10 @@ async def open_lock_client(
     :class:`~client.LockClient` (docs/client.md#several-servers): each namespace lives on one
     of them, connections are opened lazily by the first call that needs each server (so
     entering the block connects to none), sessions span servers, and a server that cannot be
-    reached makes the calls for its namespaces raise ServerUnavailable naming it.
+    reached makes the calls for its namespaces raise ServerUnavailable naming it. A
+    replicated group is a list of its servers (``servers=[["h1:7400", "h2:7400"]]``): the
+    connection fails over among its members and the sessions carry on
+    (docs/client.md#replicated-groups).
     """
     failure: BaseException | None = None
     async with anyio.create_task_group() as task_group:
@@ -183,23 +199,16 @@ class AsyncLockClient:
     def __init__(
         self,
         nursery: anyio.abc.TaskGroup,
-        host: str,
-        port: int,
+        host: str = "127.0.0.1",
+        port: int = 7400,
         *,
-        servers: str | Iterable[str] | None = None,
+        servers: Servers | None = None,
         client_name: str,
         connect_timeout: float,
         token: str | None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        router = None
-        if servers is not None:
-            if (host, port) != ("127.0.0.1", 7400):
-                raise TypeError("give either host and port or servers, not both")
-            router = Router(servers)
-            host, port = router.servers[0].host, router.servers[0].port
-            if len(router.servers) == 1:
-                router = None
+        groups = client_groups(host, port, servers)
         if (
             type(connect_timeout) not in (int, float)
             or not math.isfinite(connect_timeout)
@@ -208,24 +217,30 @@ class AsyncLockClient:
             raise ValueError(
                 f"connect_timeout must be a finite number > 0, got {connect_timeout!r}"
             )
-        self.host = host
-        self.port = port
+        first = groups[0].members[0]
+        #: The server of the current connection (of a group: the member in use; a client of
+        #: several servers: its first server's first member, unused).
+        self.host = first.host
+        self.port = first.port
         self.connect_timeout = float(connect_timeout)
         self.ssl_context = ssl_context
         self._task_group = nursery
-        self._core = ClientCore(client_name, token)
+        # One entry (a server or a group): the members its connection may go to.
+        members = Members(groups[0]) if len(groups) == 1 else None
+        self._core = ClientCore(client_name, token, members)
         self._conn: _Connection | None = None
         self._connect_lock = anyio.Lock()
         self._closed = False
         # The running loop's own clock, checkpoint and parking for the per-request path.
         self._hooks = hooks_for_running_loop()
-        # Several servers: the placement, and one single-server client per server (in this
+        # Several entries: the placement, and one single-entry client per entry (in this
         # client's task group), opened by the first call that needs it.
+        router = Router(groups) if len(groups) > 1 else None
         self._router = router
-        # Where namespaces live: the router's list, or this client's one server (``place``,
+        # Where namespaces live: the router's list, or this client's one entry (``place``,
         # ``servers`` and ``shard`` read it either way).
-        self._placement = router if router is not None else Router((ServerAddress(host, port),))
-        self._shards: dict[ServerAddress, AsyncLockClient] = {}
+        self._placement = router if router is not None else Router(groups)
+        self._shards: dict[ServerGroup, AsyncLockClient] = {}
         self._shard_locks = {} if router is None else {s: anyio.Lock() for s in router.servers}
         self._subscriptions = Subscriptions()
         # Set when change-feed events arrive (next_feed_events waits on it); a router's
@@ -278,8 +293,22 @@ class AsyncLockClient:
 
     @property
     def servers(self) -> tuple[str, ...]:
-        """The servers of this client (``host:port`` ids, PROTOCOL.md §12), as configured."""
+        """The servers of this client as configured, by their placement ids (as the sync
+        face's :attr:`~client.LockClient.servers`; a group: its sorted member ids joined by
+        ``,``)."""
         return tuple(s.id for s in self._placement.servers)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The servers this client's connection may go to, in the order of failover (as the
+        sync face's :attr:`~client.LockClient.members`)."""
+        members = self._core.members
+        if members is None:
+            raise LockClientError(
+                "a client of several servers has one member list per server: use "
+                "(await client.shard(server)).members"
+            )
+        return tuple(m.id for m in members.members)
 
     def server_for(self, namespace: str) -> str:
         """The server (``host:port``) ``namespace`` lives on (PROTOCOL.md §12)."""
@@ -508,23 +537,24 @@ class AsyncLockClient:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<AsyncLockClient {','.join(self.servers)} {state}>"
+        return f"<AsyncLockClient {describe(self._placement.servers)} {state}>"
 
     # --- several servers: how an AsyncShardedSession finds its server's client; not for
     # applications
 
-    def place(self, namespace: str) -> ServerAddress:
-        """Router port: the server ``namespace`` lives on."""
+    def place(self, namespace: str) -> ServerGroup:
+        """Router port: the server (or group) ``namespace`` lives on."""
         return self._placement.place(namespace)
 
-    def split(self, calls: Iterable[Any]) -> list[tuple[ServerAddress, list[int], list[Any]]]:
+    def split(self, calls: Iterable[Any]) -> list[tuple[ServerGroup, list[int], list[Any]]]:
         """Router port: a batch's calls grouped by server (``Router.split``)."""
         assert self._router is not None  # only sessions of several servers split
         return self._router.split(calls)
 
-    async def shard_client(self, server: ServerAddress) -> AsyncLockClient:
-        """Router port: the single-server client of ``server``, opened on first use (in this
-        client's task group); ServerUnavailable naming the server when it cannot be."""
+    async def shard_client(self, server: ServerGroup) -> AsyncLockClient:
+        """Router port: the single-entry client of ``server`` (a server or group), opened on
+        first use (in this client's task group); ServerUnavailable naming it when it cannot
+        be."""
         shard = self._shards.get(server)
         if shard is not None:
             return shard
@@ -534,8 +564,7 @@ class AsyncLockClient:
                 self.check_open()
                 shard = AsyncLockClient(
                     self._task_group,
-                    server.host,
-                    server.port,
+                    servers=shard_servers(server),
                     client_name=self._core.client_name,
                     connect_timeout=self.connect_timeout,
                     token=self._core.token,
@@ -765,7 +794,7 @@ class AsyncLockClient:
             conn = self._conn
             if conn is not None and conn.broken is None:
                 return conn
-            conn = await self._open()
+            conn = await self._open(after_loss=conn is not None)
             self._conn = conn
             # The losses no connection could hear (a restarted server, a session whose
             # guarantee ran out meanwhile), before the keepalives re-create those sessions.
@@ -776,16 +805,36 @@ class AsyncLockClient:
                 self._write(conn, data)
             return conn
 
-    async def _open(self) -> _Connection:
+    async def _open(self, after_loss: bool) -> _Connection:
+        """A new welcomed connection to a member of this client's entry, tried in the order
+        of ``Members.round`` (one round: each member once); ``host`` and ``port`` then name
+        the member. Raises ``Members.failure`` when no member could be connected to."""
+        members = self._core.members
+        assert members is not None  # a router never connects itself (see _reconnect)
+        errors: list[tuple[ServerAddress, LockClientError]] = []
+        for address in members.round(after_loss):
+            try:
+                conn = await self._open_to(address)
+            except (ServerUnavailable, ServerError) as exc:
+                errors.append((address, exc))
+                continue
+            welcome = self._core.welcome
+            assert welcome is not None  # set by the handshake
+            members.connected(address, welcome)
+            self.host, self.port = address.host, address.port
+            return conn
+        raise members.failure(errors)
+
+    async def _open_to(self, address: ServerAddress) -> _Connection:
         try:
             with anyio.fail_after(self.connect_timeout):
-                sock = await _connect(self.host, self.port)
+                sock = await _connect(address.host, address.port)
         except OSError as exc:  # TimeoutError included
             raise ServerUnavailable(
-                f"cannot connect to {self.host}:{self.port}: {exc or 'timed out'}"
+                f"cannot connect to {address.id}: {exc or 'timed out'}"
             ) from exc
         if self.ssl_context is not None:
-            sock = await self._tls_handshake(sock, self.ssl_context)
+            sock = await self._tls_handshake(sock, self.ssl_context, address)
         conn = _Connection(sock, Wire(self._core))
         self._task_group.start_soon(self._reader, conn)
         rid, data = self._core.hello()
@@ -801,12 +850,15 @@ class AsyncLockClient:
         self._core.handshake_done(welcome)
         return conn
 
-    async def _tls_handshake(self, sock: socket.socket, context: ssl.SSLContext) -> ssl.SSLSocket:
-        """Wrap ``sock`` in TLS and shake hands (within ``connect_timeout``)."""
+    async def _tls_handshake(
+        self, sock: socket.socket, context: ssl.SSLContext, address: ServerAddress
+    ) -> ssl.SSLSocket:
+        """Wrap ``sock`` in TLS and shake hands (within ``connect_timeout``), checking the
+        certificate against ``address.host``."""
         tls: ssl.SSLSocket | None = None
         try:
             tls = context.wrap_socket(
-                sock, server_hostname=self.host, do_handshake_on_connect=False
+                sock, server_hostname=address.host, do_handshake_on_connect=False
             )
             with anyio.fail_after(self.connect_timeout):
                 while True:
@@ -820,7 +872,7 @@ class AsyncLockClient:
         except (OSError, ValueError) as exc:  # TimeoutError included
             (tls or sock).close()
             raise ServerUnavailable(
-                f"TLS handshake with {self.host}:{self.port} failed: {exc or 'timed out'}"
+                f"TLS handshake with {address.id} failed: {exc or 'timed out'}"
             ) from exc
         except BaseException:
             (tls or sock).close()

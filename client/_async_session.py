@@ -31,7 +31,7 @@ from protocol import LockLost, Statement, Welcome
 
 from ._core import BatchCall, SessionState
 from ._errors import BatchError, ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
-from ._placement import ServerAddress
+from ._placement import ServerGroup
 from ._port import AsyncRouterPort, AsyncSessionPort
 from ._result import Result
 from ._sharding import merge_outcomes, unavailable
@@ -69,7 +69,8 @@ class AsyncSession(SessionState):
         return self._client
 
     def server_for(self, namespace: str) -> str:
-        """The server (``host:port``) this session's calls in ``namespace`` go to."""
+        """The server (``host:port``, a group: its id) this session's calls in ``namespace``
+        go to."""
         return self._client.place(namespace).id
 
     async def welcome_for(self, namespace: str) -> Welcome:
@@ -224,17 +225,17 @@ class AsyncShardedSession(AsyncSession):
     ) -> None:
         super().__init__(client, session_id, max_age, description, keepalive)
         self._router = client
-        self._parts: dict[ServerAddress, AsyncSession] = {}
+        self._parts: dict[ServerGroup, AsyncSession] = {}
 
     @property
     def servers(self) -> tuple[str, ...]:
-        """The servers this session has been used on so far (``host:port``)."""
+        """The servers (or groups) this session has been used on so far, by id."""
         return tuple(server.id for server in self._parts)
 
     async def welcome_for(self, namespace: str) -> Welcome:
         return (await self._part(self._router.place(namespace)))._client.welcome
 
-    async def _part(self, server: ServerAddress) -> AsyncSession:
+    async def _part(self, server: ServerGroup) -> AsyncSession:
         """The part on ``server``, made (and that server's client opened) on first use."""
         part = self._parts.get(server)
         if part is not None:

@@ -21,6 +21,10 @@ Theory of operation:
   keepalive pings there) and the session's local deadline: the latest ``valid_until`` a reply
   carried, turned into the face's clock as PROTOCOL.md §8 says (``sent_at + (valid_until -
   uptime)``, early by construction).
+- Which server a (re)connection goes to is ``_failover``'s :class:`~client._failover.Members`
+  (held here as ``members``): a single server, or the members of a replicated group, whose
+  welcomes all name the group's ``instance``, so reconnecting to another member is not a
+  restart and the sessions carry on.
 - Losses no connection could hear. A reconnect must not let the keepalive silently re-create
   a session whose entries are gone (PROTOCOL.md §2: sessions outlive connections, but not a
   server restart, nor their own expiry). So ``handshake_done`` remembers the server
@@ -67,6 +71,7 @@ from protocol import (
 )
 
 from ._errors import ClientClosed, LockClientError, ServerError, ServerUnavailable
+from ._failover import Members
 from ._inspect import subscribe_request
 from ._result import Result
 
@@ -110,15 +115,22 @@ class ClientStatistics:
     events_synthetic: int = 0
     # Change-feed events dropped because the application did not take them (FEED_BUFFER).
     feed_dropped: int = 0
+    # The server (``host:port``) of the current connection, or of the last one; for a
+    # replicated group the member in use. "" before any connection, and for a client of
+    # several servers (each of its per-server clients says its own).
+    server: str = ""
+    # Connections made to another member of the group than the previous connection's.
+    failovers: int = 0
 
     @classmethod
     def total(cls, parts: list[ClientStatistics], open_sessions: int) -> ClientStatistics:
         """The counters of a client of several servers: the sums of its per-server clients'
-        counters, except ``open_sessions`` (its own sessions, each spanning servers)."""
+        counters, except ``open_sessions`` (its own sessions, each spanning servers) and
+        ``server`` ("")."""
         sums = {
             f.name: sum(getattr(p, f.name) for p in parts)
             for f in attrs.fields(cls)
-            if f.name != "open_sessions"
+            if f.name not in ("open_sessions", "server")
         }
         return cls(open_sessions=open_sessions, **sums)
 
@@ -383,13 +395,19 @@ def _encode(request: Request) -> bytes:
 class ClientCore:
     """Per-client state that outlives connections: ids, sessions, counters."""
 
-    def __init__(self, client_name: str, token: str | None = None) -> None:
+    def __init__(
+        self, client_name: str, token: str | None = None, members: Members | None = None
+    ) -> None:
         if type(client_name) is not str:
             raise TypeError(f"client_name must be a str, got {type(client_name).__name__}")
         if token is not None and type(token) is not str:
             raise TypeError(f"token must be a str or None, got {type(token).__name__}")
         self.client_name = client_name
         self.token = token
+        # The servers a connection of this client may go to and the order to try them
+        # (``_failover``); None for a client of several servers (its per-server clients
+        # have theirs).
+        self.members = members
         self._ids = itertools.count(1)
         self.sessions: dict[str, list[SessionState]] = {}
         self.welcome: Welcome | None = None
@@ -526,6 +544,7 @@ class ClientCore:
         return [s for states in self.sessions.values() for s in states]
 
     def statistics(self, in_flight: int) -> ClientStatistics:
+        members = self.members
         return ClientStatistics(
             requests_sent=self.requests_sent,
             in_flight=in_flight,
@@ -538,6 +557,8 @@ class ClientCore:
             restarts=self.restarts,
             events_synthetic=self.events_synthetic,
             feed_dropped=self.feed_dropped,
+            server=members.current.id if members and members.connected_once else "",
+            failovers=0 if members is None else members.failovers,
         )
 
 

@@ -13,21 +13,44 @@ PROTOCOL.md §12.
 - :func:`parse_servers` turns ``"host:port"`` strings (and ranges ``"host:7400-7403"``, and
   comma-separated lists) into canonical :class:`ServerAddress` values, whose ``id`` (the
   canonical ``host:port`` text) is what the hash uses.
-- :func:`weight` and :func:`place`: the hash and the choice.
+- :func:`parse_groups` reads a client's ``servers`` argument, whose items may also be
+  replicated groups (a list or tuple of server strings: replicas sharing one lock state),
+  into :class:`ServerGroup` values: the entries placement chooses between. A plain server is
+  an entry of one member. A group's ``id`` is its members' ids sorted and joined by ``,``
+  (PROTOCOL.md §12 item 4): the same for every client given the same members in any order,
+  and equal to the member's own id for a group of one, so the single-server ids and vectors
+  are unchanged.
+- :func:`weight` and :func:`place`: the hash and the choice (over servers or groups alike:
+  anything with an ``id``).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from typing import Protocol, TypeVar
 
 import attrs
 
-__all__ = ["MAX_SERVERS", "ServerAddress", "parse_servers", "place", "weight"]
+__all__ = [
+    "MAX_SERVERS",
+    "ServerAddress",
+    "ServerGroup",
+    "Servers",
+    "parse_groups",
+    "parse_servers",
+    "place",
+    "weight",
+]
 
-#: Most servers one client may name (a range expands to many): a typo such as
-#: ``"h:7400-74000"`` gets a clear error instead of 66,601 lazy connections.
+#: Most servers one client may name (a range expands to many; every member of every group
+#: counts): a typo such as ``"h:7400-74000"`` gets a clear error instead of 66,601 lazy
+#: connections.
 MAX_SERVERS = 1024
+
+#: What a client's ``servers`` argument may be: one string (servers separated by commas,
+#: ranges), or an iterable whose items are such strings or groups (a list or tuple of them).
+Servers = str | Iterable[str | Sequence[str]]
 
 
 @attrs.frozen
@@ -121,6 +144,80 @@ def parse_servers(servers: str | Iterable[str]) -> tuple[ServerAddress, ...]:
     return tuple(out)
 
 
+@attrs.frozen(cache_hash=True)
+class ServerGroup:
+    """One entry of a client's server list, the unit placement chooses: a single server, or
+    a replicated group (``replicated``: given as a list, even of one member), whose
+    ``members`` all serve the same lock state, so the client fails over among them and adds
+    the replicas their welcome names (``client._failover``).
+
+    ``members``: in the configured order (the order failover tries them). ``id``: what the
+    placement hash uses (PROTOCOL.md §12 item 4): the members' canonical ids sorted (code
+    point order, which is UTF-8 byte order) and joined by ``,``; a group of one has its
+    member's id."""
+
+    members: tuple[ServerAddress, ...]
+    replicated: bool = False
+    id: str = attrs.field(init=False)
+
+    @id.default
+    def _id(self) -> str:
+        return ",".join(sorted(member.id for member in self.members))
+
+    def __attrs_post_init__(self) -> None:
+        if not self.members:
+            raise ValueError("a server group has no member")
+
+    def __str__(self) -> str:
+        return self.id
+
+
+def parse_groups(servers: Servers) -> tuple[ServerGroup, ...]:
+    """The entries of a client's ``servers`` argument, in order: every server a string
+    names (as :func:`parse_servers` reads it) is an entry of its own; a list or tuple of
+    server strings is one replicated group (each string may itself name several members:
+    a range, a comma list). Raises ValueError for an empty list or group, a malformed
+    address, a server named twice (within a group, or in two entries), or more than
+    :data:`MAX_SERVERS` servers counting every member; TypeError for anything else."""
+    items: Iterable[str | Sequence[str]] = [servers] if isinstance(servers, str) else servers
+    out: list[ServerGroup] = []
+    where: dict[str, int] = {}  # member id -> index of its entry in ``out``
+    count = 0
+    for i, item in enumerate(items):
+        if type(item) is str:
+            entries = [ServerGroup((address,)) for address in parse_servers(item)]
+        elif isinstance(item, (list, tuple)):
+            if not item:
+                raise ValueError(f"servers[{i}]: the group is empty")
+            try:
+                members = parse_servers(item)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"servers[{i}] (a group): {exc}") from None
+            entries = [ServerGroup(members, replicated=True)]
+        else:
+            raise TypeError(
+                'servers must be "host:port" strings or groups (lists of them), got '
+                f"{type(item).__name__}: {item!r:.80}"
+            )
+        for entry in entries:
+            for member in entry.members:
+                other = where.get(member.id)
+                if other is not None:
+                    if entry.replicated or out[other].replicated:
+                        raise ValueError(
+                            f"server {member.id} is in two groups ({out[other].id} and {entry.id})"
+                        )
+                    raise ValueError(f"server {member.id} is named twice")
+                where[member.id] = len(out)
+            count += len(entry.members)
+            if count > MAX_SERVERS:
+                raise ValueError(f"more than {MAX_SERVERS} servers")
+            out.append(entry)
+    if not out:
+        raise ValueError("the server list is empty")
+    return tuple(out)
+
+
 def weight(server_id: str, namespace: str) -> int:
     """The rendezvous weight of ``namespace`` on the server named ``server_id``: the first 8
     bytes of BLAKE2b (digest size 8, no key) of ``utf8(server_id) + b"\\x00" +
@@ -131,9 +228,18 @@ def weight(server_id: str, namespace: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-def place(namespace: str, servers: Sequence[ServerAddress]) -> ServerAddress:
-    """The server ``namespace`` lives on: the one with the highest :func:`weight`; on equal
-    weights (practically never) the one whose id is greater as UTF-8 bytes."""
+class _Placed(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+_P = TypeVar("_P", bound=_Placed)
+
+
+def place(namespace: str, servers: Sequence[_P]) -> _P:
+    """The server (or group) ``namespace`` lives on: the one with the highest
+    :func:`weight` of its ``id``; on equal weights (practically never) the one whose id is
+    greater as UTF-8 bytes."""
     if len(servers) == 1:
         return servers[0]
     best = servers[0]

@@ -3,7 +3,10 @@ namespace lives on (cached), how a batch splits by server and how its outcomes m
 and what a server that cannot be reached raises.
 
 Why here: the sync and the async face route the same way; only their I/O differs. Placement
-itself (the hash, the server list) is ``_placement`` (PROTOCOL.md §12).
+itself (the hash, the server list) is ``_placement`` (PROTOCOL.md §12). The router's entries
+are :class:`~client._placement.ServerGroup` values: a single server, or a replicated group
+whose per-entry client fails over among its members (``_failover``); "server" below means
+such an entry.
 
 Theory of operation (docs/client.md#several-servers):
 - A client given several servers is a *router*: it holds one ordinary single-server client
@@ -29,12 +32,15 @@ from protocol import FeedEvent
 
 from ._core import BatchCall
 from ._errors import BatchError, LockClientError, ServerUnavailable
-from ._placement import ServerAddress, parse_servers, place
+from ._placement import ServerAddress, ServerGroup, Servers, parse_groups, parse_servers, place
 from ._result import Result
 
 __all__ = [
     "Router",
     "Subscriptions",
+    "client_groups",
+    "describe",
+    "shard_servers",
     "join_cursor",
     "merge_outcomes",
     "split_cursor",
@@ -47,30 +53,34 @@ PLACEMENT_MEMO = 65_536
 
 
 class Router:
-    """The placement of one client over its servers, with a memo of namespace -> server."""
+    """The placement of one client over its servers (and groups), with a memo of
+    namespace -> entry."""
 
     __slots__ = ("_memo", "servers")
 
-    def __init__(self, servers: str | Iterable[str] | tuple[ServerAddress, ...]) -> None:
-        if type(servers) is tuple and all(type(s) is ServerAddress for s in servers):
-            self.servers: tuple[ServerAddress, ...] = servers  # a client's own host and port
+    def __init__(self, servers: Servers | tuple[ServerGroup, ...]) -> None:
+        if type(servers) is tuple and all(type(s) is ServerGroup for s in servers):
+            self.servers: tuple[ServerGroup, ...] = servers  # a client's own host and port
         else:
-            self.servers = parse_servers(servers)  # type: ignore[arg-type]
-        self._memo: dict[str, ServerAddress] = {}
+            self.servers = parse_groups(servers)  # type: ignore[arg-type]
+        self._memo: dict[str, ServerGroup] = {}
 
-    def member(self, server: str) -> ServerAddress:
-        """The server of this list that ``server`` (one ``host:port``) names; ValueError when
-        it names several, or one not in the list."""
+    def member(self, server: str) -> ServerGroup:
+        """The entry of this list that ``server`` names: one ``host:port`` (a server, or
+        any configured member of a group), or a group's members in any order (its id, as
+        :attr:`servers` lists them). ValueError when it names no entry, or several."""
         named = parse_servers(server)
-        if len(named) != 1:
-            raise ValueError(f"name one server, got {len(named)}: {server!r}")
+        ids = {address.id for address in named}
         for listed in self.servers:
-            if listed.id == named[0].id:
+            members = {m.id for m in listed.members}
+            if ids == members or (len(ids) == 1 and ids <= members):
                 return listed
-        ids = ",".join(s.id for s in self.servers)
-        raise ValueError(f"{named[0].id} is not one of this client's servers ({ids})")
+        if len(named) != 1:
+            raise ValueError(f"name one server or group, got {len(named)}: {server!r}")
+        listed_ids = " ".join(s.id for s in self.servers)
+        raise ValueError(f"{named[0].id} is not one of this client's servers ({listed_ids})")
 
-    def place(self, namespace: str) -> ServerAddress:
+    def place(self, namespace: str) -> ServerGroup:
         """The server ``namespace`` lives on (TypeError when it is not a str)."""
         server = self._memo.get(namespace)
         if server is None:
@@ -81,11 +91,11 @@ class Router:
             server = self._memo[namespace] = place(namespace, self.servers)
         return server
 
-    def split(self, calls: Iterable[BatchCall]) -> list[tuple[ServerAddress, list[int], list[Any]]]:
+    def split(self, calls: Iterable[BatchCall]) -> list[tuple[ServerGroup, list[int], list[Any]]]:
         """The calls of a batch grouped by server, in the order each server first appears:
         ``(server, indexes of its calls in the batch, its calls)``. A call that is not a
         ``(namespace, statements[, transaction_id])`` tuple raises TypeError naming it."""
-        groups: dict[ServerAddress, tuple[list[int], list[Any]]] = {}
+        groups: dict[ServerGroup, tuple[list[int], list[Any]]] = {}
         for i, call in enumerate(calls):
             if type(call) is not tuple or not 2 <= len(call) <= 3:
                 raise TypeError(
@@ -102,7 +112,30 @@ class Router:
         return [(server, indexes, items) for server, (indexes, items) in groups.items()]
 
 
-def unavailable(server: ServerAddress, exc: ServerUnavailable) -> ServerUnavailable:
+def client_groups(host: str, port: int, servers: Servers | None) -> tuple[ServerGroup, ...]:
+    """The entries of a client made with ``host`` and ``port`` (one plain server, its host
+    text kept as given) or with ``servers`` (:func:`~client._placement.parse_groups`);
+    TypeError when both are given (``host`` and ``port`` not at their defaults)."""
+    if servers is None:
+        return (ServerGroup((ServerAddress(host, port),)),)
+    if (host, port) != ("127.0.0.1", 7400):
+        raise TypeError("give either host and port or servers, not both")
+    return parse_groups(servers)
+
+
+def shard_servers(group: ServerGroup) -> str | list[list[str]]:
+    """The ``servers`` argument that makes the single-entry client of ``group`` (a router's
+    per-server client): its one server, or the group with its members in their order."""
+    ids = [member.id for member in group.members]
+    return [ids] if group.replicated else ids[0]
+
+
+def describe(groups: Iterable[ServerGroup]) -> str:
+    """The entries as ``repr`` shows them: ids joined by ``,``, a group in brackets."""
+    return ",".join(f"[{g.id}]" if g.replicated else g.id for g in groups)
+
+
+def unavailable(server: ServerGroup, exc: ServerUnavailable) -> ServerUnavailable:
     """``exc`` (raised by the client of ``server``) as it reaches the caller of a router:
     the same class, its text prefixed with the server, ``server`` set, the original as cause."""
     if exc.server == server.id:
@@ -175,22 +208,22 @@ class Subscriptions:
     __slots__ = ("_by_server", "_ours")
 
     def __init__(self) -> None:
-        self._ours: dict[int, tuple[ServerAddress, int]] = {}
-        self._by_server: dict[tuple[ServerAddress, int], int] = {}
+        self._ours: dict[int, tuple[ServerGroup, int]] = {}
+        self._by_server: dict[tuple[ServerGroup, int], int] = {}
 
-    def add(self, ours: int, server: ServerAddress, theirs: int) -> int:
+    def add(self, ours: int, server: ServerGroup, theirs: int) -> int:
         self._ours[ours] = (server, theirs)
         self._by_server[server, theirs] = ours
         return ours
 
-    def pop(self, ours: int) -> tuple[ServerAddress, int] | None:
+    def pop(self, ours: int) -> tuple[ServerGroup, int] | None:
         """Forget subscription ``ours``; where it lives, None when unknown."""
         where = self._ours.pop(ours, None)
         if where is not None:
             del self._by_server[where]
         return where
 
-    def relabel(self, received: list[tuple[ServerAddress, list[FeedEvent]]]) -> list[FeedEvent]:
+    def relabel(self, received: list[tuple[ServerGroup, list[FeedEvent]]]) -> list[FeedEvent]:
         """The feed events each server's client received, under the router's subscription
         ids (events of subscriptions the router no longer knows are left out)."""
         out: list[FeedEvent] = []

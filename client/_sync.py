@@ -30,6 +30,9 @@ Rules kept:
   "not sent").
 - A reconnect reports the losses no connection could hear (``ClientCore.reconnected``: a
   restarted server, an expired session guarantee) before its keepalives go out.
+- A (re)connect goes to a member of the client's entry (a server, or a replicated group's
+  replicas) in the order ``_failover.Members`` gives: one round, each member once; ``host``
+  and ``port`` then name the member in use.
 - Nothing but the caller holds the client: keepalive threads hold their session weakly
   (``_sync_session``), and a finalizer closes the socket when an unclosed client is collected
   (it holds the socket, never the client).
@@ -62,10 +65,27 @@ import attrs
 from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage, Welcome
 
 from ._core import ClientCore, ClientStatistics, handshake_error, not_sent
-from ._errors import ClientClosed, ClientTimeout, ConnectionLost, LockClientError, ServerUnavailable
+from ._errors import (
+    ClientClosed,
+    ClientTimeout,
+    ConnectionLost,
+    LockClientError,
+    ServerError,
+    ServerUnavailable,
+)
+from ._failover import Members
 from ._inspect import listing_request, release_request, subscribe_request, unsubscribe_request
-from ._placement import ServerAddress
-from ._sharding import Router, Subscriptions, join_cursor, split_cursor, unavailable
+from ._placement import ServerAddress, ServerGroup, Servers
+from ._sharding import (
+    Router,
+    Subscriptions,
+    client_groups,
+    describe,
+    join_cursor,
+    shard_servers,
+    split_cursor,
+    unavailable,
+)
 from ._sync_session import Session, ShardedSession
 from ._wire import (
     BATCH,
@@ -165,6 +185,14 @@ class LockClient:
     that needs it (so the constructor connects to none); sessions span servers; a server that
     cannot be reached makes the calls for its namespaces raise :class:`ServerUnavailable`
     naming it. The other arguments apply to every server.
+
+    A replicated group (its replicas share one lock state) is given as a list of its
+    servers: ``servers=[["h1:7400", "h2:7400", "h3:7400"]]`` (one group), or beside other
+    groups and servers (``[["a1:7400", "a2:7400"], ["b1:7400", "b2:7400"]]``: two shards).
+    The connection to a group goes to one member at a time; when it is lost, the next call
+    reconnects to the next member (then the others, round robin) and the sessions carry on
+    there (docs/client.md#replicated-groups). ``host`` and ``port`` are the member of the
+    current connection; :attr:`members` lists the members, learned ones included.
     """
 
     def __init__(
@@ -172,35 +200,34 @@ class LockClient:
         host: str = "127.0.0.1",
         port: int = 7400,
         *,
-        servers: str | Iterable[str] | None = None,
+        servers: Servers | None = None,
         timeout: float = 10.0,
         client_name: str = "python-sync",
         connect_timeout: float = 5.0,
         token: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        router = None
-        if servers is not None:
-            if (host, port) != ("127.0.0.1", 7400):
-                raise TypeError("give either host and port or servers, not both")
-            router = Router(servers)
-            host, port = router.servers[0].host, router.servers[0].port
-            if len(router.servers) == 1:
-                router = None
-        self.host = host
-        self.port = port
+        groups = client_groups(host, port, servers)
+        first = groups[0].members[0]
+        #: The server of the current connection (of a group: the member in use; a client of
+        #: several servers: its first server's first member, unused).
+        self.host = first.host
+        self.port = first.port
         self.timeout = _positive("timeout", timeout)
         self.connect_timeout = _positive("connect_timeout", connect_timeout)
         self.ssl_context = ssl_context
-        self._core = ClientCore(client_name, token)
-        # Several servers: the placement, and one single-server client per server, opened by
+        # One entry (a server or a group): the members its connection may go to.
+        members = Members(groups[0]) if len(groups) == 1 else None
+        self._core = ClientCore(client_name, token, members)
+        # Several entries: the placement, and one single-entry client per entry, opened by
         # the first call that needs it (each under its own lock, so a server that is slow to
         # answer does not hold up opening the others).
+        router = Router(groups) if len(groups) > 1 else None
         self._router = router
-        # Where namespaces live: the router's list, or this client's one server (``place``,
+        # Where namespaces live: the router's list, or this client's one entry (``place``,
         # ``servers`` and ``shard`` read it either way).
-        self._placement = router if router is not None else Router((ServerAddress(host, port),))
-        self._shards: dict[ServerAddress, LockClient] = {}
+        self._placement = router if router is not None else Router(groups)
+        self._shards: dict[ServerGroup, LockClient] = {}
         self._shard_locks = {} if router is None else {s: threading.Lock() for s in router.servers}
         self._subscriptions = Subscriptions()
         self._cond = threading.Condition(threading.Lock())
@@ -258,18 +285,36 @@ class LockClient:
 
     @property
     def servers(self) -> tuple[str, ...]:
-        """The servers of this client (``host:port`` ids, PROTOCOL.md §12), as configured."""
+        """The servers of this client as configured, by their placement ids (PROTOCOL.md
+        §12): ``host:port``, or for a replicated group its members' ids sorted and joined by
+        ``,`` (e.g. ``"h1:7400,h2:7400"``)."""
         return tuple(s.id for s in self._placement.servers)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The servers this client's connection may go to (``host:port``), in the order of
+        failover: its one server; for a replicated group the configured members, then those
+        learned from the welcome. The member in use is ``host:port`` (and
+        ``local_statistics().server``). A client of several servers has one list per entry:
+        ``client.shard(server).members``."""
+        members = self._core.members
+        if members is None:
+            raise LockClientError(
+                "a client of several servers has one member list per server: use "
+                "client.shard(server).members"
+            )
+        return tuple(m.id for m in members.members)
 
     def server_for(self, namespace: str) -> str:
         """The server (``host:port``) ``namespace`` lives on (PROTOCOL.md §12)."""
         return self.place(namespace).id
 
     def shard(self, server: str) -> LockClient:
-        """The single-server client of ``server`` (one of :attr:`servers`), connected now if
-        it was not yet: its ``ping``, ``statistics`` and ``welcome`` are that server's. A
-        client of one server returns itself. ServerUnavailable naming the server when it
-        cannot be reached; ValueError for a server not in the list."""
+        """The single-server client of ``server`` (one of :attr:`servers`, or any configured
+        member of a group: that group's client), connected now if it was not yet: its
+        ``ping``, ``statistics`` and ``welcome`` are that server's. A client of one server
+        (or one group) returns itself. ServerUnavailable naming the server when it cannot be
+        reached; ValueError for a server not in the list."""
         address = self._placement.member(server)
         if self._router is None:
             return self
@@ -541,22 +586,22 @@ class LockClient:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<LockClient {','.join(self.servers)} {state}>"
+        return f"<LockClient {describe(self._placement.servers)} {state}>"
 
     # --- several servers: how a ShardedSession finds its server's client; not for applications
 
-    def place(self, namespace: str) -> ServerAddress:
-        """Router port: the server ``namespace`` lives on."""
+    def place(self, namespace: str) -> ServerGroup:
+        """Router port: the server (or group) ``namespace`` lives on."""
         return self._placement.place(namespace)
 
-    def split(self, calls: Iterable[Any]) -> list[tuple[ServerAddress, list[int], list[Any]]]:
+    def split(self, calls: Iterable[Any]) -> list[tuple[ServerGroup, list[int], list[Any]]]:
         """Router port: a batch's calls grouped by server (``Router.split``)."""
         assert self._router is not None  # only sessions of several servers split
         return self._router.split(calls)
 
-    def shard_client(self, server: ServerAddress) -> LockClient:
-        """Router port: the single-server client of ``server`` (a server of this client),
-        opened on first use; ServerUnavailable naming the server when it cannot be."""
+    def shard_client(self, server: ServerGroup) -> LockClient:
+        """Router port: the single-entry client of ``server`` (a server or group of this
+        client), opened on first use; ServerUnavailable naming it when it cannot be."""
         shard = self._shards.get(server)
         if shard is not None:
             return shard
@@ -566,8 +611,7 @@ class LockClient:
                 self.check_open()
                 try:
                     shard = LockClient(
-                        server.host,
-                        server.port,
+                        servers=shard_servers(server),
                         timeout=self.timeout,
                         client_name=self._core.client_name,
                         connect_timeout=self.connect_timeout,
@@ -826,7 +870,7 @@ class LockClient:
             conn = self._conn
             if conn is not None and conn.broken is None:
                 return conn
-            conn = self._open()
+            conn = self._open(after_loss=conn is not None)
             self._conn = conn
             self._socket.sock = conn.sock
             # The losses no connection could hear (a restarted server, a session whose
@@ -842,15 +886,36 @@ class LockClient:
                 self._break(conn, f"sending failed: {exc}")
             return conn
 
-    def _open(self) -> _Connection:
+    def _open(self, after_loss: bool) -> _Connection:
+        """A new welcomed connection to a member of this client's entry, tried in the order
+        of ``Members.round`` (one round: each member once); ``host`` and ``port`` then name
+        the member. Raises ``Members.failure`` when no member could be connected to."""
+        members = self._core.members
+        assert members is not None  # a router never connects itself (see _reconnect)
+        errors: list[tuple[ServerAddress, LockClientError]] = []
+        for address in members.round(after_loss):
+            try:
+                conn = self._open_to(address)
+            except (ServerUnavailable, ServerError) as exc:
+                errors.append((address, exc))
+                continue
+            welcome = self._core.welcome
+            assert welcome is not None  # set by the handshake
+            members.connected(address, welcome)
+            self.host, self.port = address.host, address.port
+            return conn
+        raise members.failure(errors)
+
+    def _open_to(self, address: ServerAddress) -> _Connection:
+        host, port = address.host, address.port
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+            sock = socket.create_connection((host, port), timeout=self.connect_timeout)
         except OSError as exc:
-            raise ServerUnavailable(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+            raise ServerUnavailable(f"cannot connect to {address.id}: {exc}") from exc
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.ssl_context is not None:  # the handshake runs here, within the timeout
-                sock = self.ssl_context.wrap_socket(sock, server_hostname=self.host)
+                sock = self.ssl_context.wrap_socket(sock, server_hostname=host)
             conn = _Connection(sock, Wire(self._core))
             rid, data = self._core.hello()
             conn.wire.register(rid, HELLO, rid)

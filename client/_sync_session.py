@@ -41,7 +41,7 @@ from ._errors import (
     LockClientError,
     ServerUnavailable,
 )
-from ._placement import ServerAddress
+from ._placement import ServerGroup
 from ._port import RouterPort, SessionPort
 from ._result import Result
 from ._sharding import merge_outcomes, unavailable
@@ -83,7 +83,8 @@ class Session(SessionState):
         return self._client
 
     def server_for(self, namespace: str) -> str:
-        """The server (``host:port``) this session's calls in ``namespace`` go to."""
+        """The server (``host:port``, a group: its id) this session's calls in ``namespace``
+        go to."""
         return self._client.place(namespace).id
 
     def welcome_for(self, namespace: str) -> Welcome:
@@ -302,12 +303,12 @@ class ShardedSession(Session):
     ) -> None:
         super().__init__(client, session_id, max_age, description, keepalive)
         self._router = client
-        self._parts: dict[ServerAddress, Session] = {}
+        self._parts: dict[ServerGroup, Session] = {}
         self._parts_lock = threading.Lock()
 
     @property
     def servers(self) -> tuple[str, ...]:
-        """The servers this session has been used on so far (``host:port``)."""
+        """The servers (or groups) this session has been used on so far, by id."""
         return tuple(server.id for server in self._parts)
 
     def server_for(self, namespace: str) -> str:
@@ -316,7 +317,7 @@ class ShardedSession(Session):
     def welcome_for(self, namespace: str) -> Welcome:
         return self._part(self._router.place(namespace))._client.welcome
 
-    def _part(self, server: ServerAddress) -> Session:
+    def _part(self, server: ServerGroup) -> Session:
         """The part on ``server``, made (and that server's client opened) on first use."""
         part = self._parts.get(server)
         if part is not None:

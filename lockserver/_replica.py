@@ -144,6 +144,7 @@ class Replica:
         self.on_outputs: Callable[[list[Output]], None] = lambda outs: None
         self.on_reset: Callable[[str], None] = lambda why: None
         self.wake: Callable[[float], None] = lambda deadline: None
+        self.on_replicas: Callable[[tuple[str, ...]], None] = lambda replicas: None
         self.applied_since_snapshot = 0
         self.snapshots_written = 0
         self.snapshots_loaded = 0
@@ -362,6 +363,7 @@ class Replica:
                 outs += state.apply_departed(rid, ev.mod_revision)
                 if rid == self.rid:
                     self._departed()
+            self.on_replicas(tuple(dict.fromkeys(state.replicas.values())))
         else:
             state.revision = max(state.revision, ev.mod_revision)
         return outs

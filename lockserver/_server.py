@@ -190,16 +190,40 @@ def _format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+# --- replicated groups: the welcome's identity (internal hook) ---------------------------------
+# The replication mode sets it; the client tests set it to run standalone servers as the
+# replicas of one group (same instance, group name, replica list). Without it, the welcome is a
+# standalone server's: its own instance, no group, no replicas.
+
+
+@attrs.frozen
+class GroupIdentity:
+    """What the welcome of a replica of a replicated group says (PROTOCOL.md §4
+    "welcome"): ``group`` (its name), ``instance`` (the group's, the same from every
+    replica, instead of one drawn per process) and ``replicas`` (the group's replicas,
+    ``host:port``)."""
+
+    group: str
+    instance: str
+    replicas: tuple[str, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        if not self.group or not self.instance:
+            raise ValueError("a group identity needs a group name and an instance")
+
+
 async def serve(
     config: ServerConfig,
     *,
     task_status: trio.TaskStatus[RunningServer] = trio.TASK_STATUS_IGNORED,
+    group: GroupIdentity | None = None,
 ) -> None:
     """Listen on ``config.host:config.port`` and serve until cancelled or shut down.
 
     Calls ``task_status.started(running)`` with the :class:`RunningServer` once listening, so
     ``running = await nursery.start(serve, config)`` gives the real port. Cancelling ``serve``
     closes everything at once; ``running.shutdown()`` closes gracefully and lets it return.
+    ``group`` (internal, keyword-only): welcome clients as a replica of that group.
     """
     try:
         ssl_context = server_ssl_context(config.tls_cert, config.tls_key, config.tls_client_ca)
@@ -208,7 +232,7 @@ async def serve(
     listeners = await trio.open_tcp_listeners(config.port, host=config.host)
     try:
         if not config.replicate:
-            shell = Server(config, listeners, ssl_context)
+            shell = Server(config, listeners, ssl_context, group=group)
             await shell.run(task_status)
             return
         # A replica of a group (docs/replication.md): the group's state comes from etcd
@@ -282,6 +306,7 @@ class Server:
         ssl_context: ssl.SSLContext | None = None,
         *,
         replica: Replica | None = None,
+        group: GroupIdentity | None = None,
     ) -> None:
         now = trio.current_time()
         self.config = config
@@ -358,8 +383,16 @@ class Server:
         }
         self.version = server_version()
         # Drawn at every start: a client that reconnects and sees another instance knows
-        # that every session and entry of the old one is gone (PROTOCOL.md "welcome").
-        self.instance = secrets.token_hex(8) if replica is None else replica.genesis.instance
+        # that every session and entry of the old one is gone (PROTOCOL.md "welcome"). A
+        # replica of a group says the group's instead, and its name and replicas.
+        if replica is not None:
+            group = GroupIdentity(
+                replica.settings.group,
+                replica.genesis.instance,
+                tuple(replica.state.replicas.values()),
+            )
+        self.group = group
+        self.instance = secrets.token_hex(8) if group is None else group.instance
         self.welcome = Welcome(
             PROTOCOL_VERSION,
             f"lockserver {self.version}",
@@ -367,6 +400,8 @@ class Server:
             self.limits,
             self.instance,
             self.wall_at_start,
+            "" if group is None else group.group,
+            () if group is None else group.replicas,
         )
         self.requests = RequestHandler(
             config, self.core, self.trust, auth, self.welcome, self.alarm, self.statistics
@@ -433,6 +468,7 @@ class Server:
             replica.on_outputs = self._deliver_applied
             replica.on_reset = self._reset_connections
             replica.wake = self.alarm.wake_by
+            replica.on_replicas = self._replicas_changed
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -664,6 +700,11 @@ class Server:
             peer.send_pending()
             if peer.proto.state is State.CLOSED:  # an INTERNAL_ERROR went out: close it
                 peer.stop(None, "")
+
+    def _replicas_changed(self, replicas: tuple[str, ...]) -> None:
+        """A replica registered or departed: later welcomes list the group's replicas now."""
+        self.welcome = attrs.evolve(self.welcome, replicas=replicas)
+        self.requests.welcome = self.welcome
 
     def _reset_connections(self, why: str) -> None:
         """The replica cannot answer its connections any more (it lost its place in the

@@ -629,6 +629,10 @@ def server_message_to_wire(msg: ServerMessage) -> dict[str, Any]:
             }
             if body.started_at is not None:
                 welcome["started_at"] = body.started_at
+            if body.group:  # a replica of a group only; absent otherwise (PROTOCOL.md §4)
+                welcome["group"] = body.group
+            if body.replicas:
+                welcome["replicas"] = list(body.replicas)
             return welcome
         if bt is Cancelled:
             return {"type": "cancelled", "id": r.request_id, "found": body.found}
@@ -785,6 +789,10 @@ def _d_stats(f: _Fields) -> ServerMessage:
 
 
 def _d_welcome(f: _Fields) -> ServerMessage:
+    replicas = f.get("replicas", (list,), [])
+    for item in replicas:
+        if type(item) is not str:
+            raise ValueError(f"replicas must be host:port strings, got {_wire_type(item)}")
     return Reply(
         _rid(f),
         Welcome(
@@ -794,6 +802,8 @@ def _d_welcome(f: _Fields) -> ServerMessage:
             f.get("limits", (dict,)),
             f.text("instance", ""),
             f.number("started_at", None),
+            f.text("group", ""),
+            tuple(replicas),
         ),
     )
 

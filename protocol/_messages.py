@@ -270,7 +270,12 @@ class Welcome:
     server (which forgot every session and entry) from the one it was talking to ("" when the
     server did not send one). ``started_at``: the server's wall clock (Unix seconds, UTC) at
     uptime 0, so ``started_at + uptime`` is the wall-clock time of any uptime the server
-    reports (None when the server did not send it)."""
+    reports (None when the server did not send it).
+
+    A replica of a replicated group also says ``group`` (the group's name) and ``replicas``
+    (the group's current replicas as ``host:port`` ids), and sends the group's ``instance``
+    (the same from every replica: reconnecting to another replica is not a restart). Both
+    are empty when the server is not in a group (and are then not on the wire)."""
 
     version: int
     server_name: str
@@ -278,6 +283,8 @@ class Welcome:
     limits: Mapping[str, Any] = attrs.field(factory=dict)
     instance: str = ""
     started_at: float | None = None
+    group: str = ""
+    replicas: tuple[str, ...] = ()
 
 
 @attrs.frozen

@@ -81,8 +81,11 @@ def test_lockserver_all_is_exactly_the_public_surface() -> None:
 def test_serve_and_load_config_signatures() -> None:
     """``await nursery.start(serve, config)`` (task_status for nursery.start), and
     ``load_config(argv, environ)`` (both optional: the command line and the environment);
-    a ConfigError is a ValueError."""
-    assert plain_signature(lockserver.serve) == "(config, *, task_status=TASK_STATUS_IGNORED)"
+    a ConfigError is a ValueError. ``group`` is the internal keyword-only hook that makes the
+    welcome a replica's (``lockserver._server.GroupIdentity``), None for a standalone server."""
+    assert plain_signature(lockserver.serve) == (
+        "(config, *, task_status=TASK_STATUS_IGNORED, group=None)"
+    )
     default = inspect.signature(lockserver.serve).parameters["task_status"].default
     assert default is trio.TASK_STATUS_IGNORED
     assert plain_signature(lockserver.load_config) == "(argv=None, environ=None)"

@@ -1,18 +1,29 @@
 """Placement over several servers (client/_placement.py, PROTOCOL.md §12): the server list's
 syntax and errors, the test vectors printed in PROTOCOL.md, balance, and how little moves
-when a server is added or removed."""
+when a server is added or removed; replicated groups as entries of the list (their syntax,
+errors, ids and vector)."""
 
 from __future__ import annotations
 
 import collections
 import pathlib
 import re
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client._placement import MAX_SERVERS, ServerAddress, parse_servers, place, weight
+from client._placement import (
+    MAX_SERVERS,
+    ServerAddress,
+    ServerGroup,
+    parse_groups,
+    parse_servers,
+    place,
+    weight,
+)
+from client._sharding import Router
 
 PROTOCOL_MD = pathlib.Path(__file__).resolve().parents[2] / "PROTOCOL.md"
 
@@ -161,3 +172,142 @@ def test_place_ignores_list_order_and_picks_the_heaviest(ports: list[int], names
     chosen = place(namespace, servers)
     assert place(namespace, tuple(reversed(servers))) == chosen
     assert weight(chosen.id, namespace) == max(weight(s.id, namespace) for s in servers)
+
+
+# --- replicated groups (PROTOCOL.md §12 item 4) ---------------------------------------------
+
+
+def test_protocol_md_vectors_groups_beside_a_server() -> None:
+    """The vector of §12 item 4: two groups (members listed out of order) and a server; the
+    group ids are the sorted member ids joined by ",", and weight and choice use them."""
+    entries = parse_groups(
+        [
+            ["127.0.0.1:7401", "127.0.0.1:7400"],
+            ["127.0.0.1:7403", "127.0.0.1:7402"],
+            "127.0.0.1:7404",
+        ]
+    )
+    text = _section_12()
+    assert [e.id for e in entries] == [
+        "127.0.0.1:7400,127.0.0.1:7401",
+        "127.0.0.1:7402,127.0.0.1:7403",
+        "127.0.0.1:7404",
+    ]
+    flowing = " ".join(text.split())
+    for e in entries[:2]:
+        assert f"(id `{e.id}`)" in flowing
+    found = 0
+    for namespace in ("locks", "ns-2", "ns-1"):
+        pattern = rf"`{namespace}` weighs `(\w+)`, `(\w+)`, `(\w+)` and lives on `([^`]+)`"
+        for m in re.finditer(pattern.replace(" ", r"\s+"), text):
+            if m.group(4) not in {e.id for e in entries}:
+                continue  # another example's vector
+            assert [weight(e.id, namespace) for e in entries] == [
+                int(g, 16) for g in m.groups()[:3]
+            ]
+            assert m.group(4) == place(namespace, entries).id
+            found += 1
+    assert found == 3  # the three vectors were read, not skipped
+    assert {place(n, entries).id for n in ("locks", "ns-2", "ns-1")} == {e.id for e in entries}
+
+
+def test_group_id_is_the_sorted_member_ids_whatever_the_order() -> None:
+    """Every client given the same members, in any order and spelling, gets the same id
+    (and so the same placement); a group of one has its member's id and places as the
+    server given alone."""
+    one = parse_groups([["B:2", "a:1", "[::1]:3"]])[0]
+    other = parse_groups([("[::1]:3", "a:1", "b:2")])[0]
+    assert one.id == other.id == "[::1]:3,a:1,b:2"
+    assert one.members != other.members  # the configured order is kept (failover order)
+    assert one.replicated and other.replicated
+    single = parse_groups([["h:7400"]])[0]
+    assert single.id == "h:7400" == parse_groups("h:7400")[0].id
+    assert single.replicated and not parse_groups("h:7400")[0].replicated
+    names = [f"n{i}" for i in range(200)]
+    servers = parse_groups(["h:7400", "g:7400"])
+    grouped = parse_groups([["h:7400"], ["g:7400"]])
+    assert [place(n, servers).id for n in names] == [place(n, grouped).id for n in names]
+
+
+def test_parse_groups_plain_strings_are_the_servers_of_parse_servers() -> None:
+    """Strings (one, a list of them, ranges, comma lists) give one plain entry per server,
+    exactly the servers and ids of parse_servers: the single-server forms are unchanged."""
+    for spec in ("127.0.0.1:7400-7403", ["b:2", "a:1-2"], " a:1 , b:2 "):
+        entries = parse_groups(spec)
+        assert [e.members for e in entries] == [(s,) for s in parse_servers(spec)]
+        assert [e.id for e in entries] == [s.id for s in parse_servers(spec)]
+        assert not any(e.replicated for e in entries)
+
+
+def test_parse_groups_groups_beside_servers() -> None:
+    """A list or tuple item is one group (its strings may be ranges or comma lists of
+    members); strings beside it are servers of their own; order is kept."""
+    entries = parse_groups([["a1:7400", "a2:7400"], "s:1", ("b:7400-7402",), "t:1,u:1"])
+    assert [e.id for e in entries] == [
+        "a1:7400,a2:7400",
+        "s:1",
+        "b:7400,b:7401,b:7402",
+        "t:1",
+        "u:1",
+    ]
+    assert [e.replicated for e in entries] == [True, False, True, False, False]
+    assert entries[0].members == (ServerAddress("a1", 7400), ServerAddress("a2", 7400))
+
+
+@pytest.mark.parametrize(
+    ("servers", "error", "message"),
+    [
+        ([], ValueError, "the server list is empty"),
+        ([[]], ValueError, r"servers\[0\]: the group is empty"),
+        ([["a:1"], ()], ValueError, r"servers\[1\]: the group is empty"),
+        ([["a:1", "A:1"]], ValueError, r"servers\[0\] \(a group\): server a:1 is named twice"),
+        ([["a:1", "b:1"], ["b:1", "c:1"]], ValueError, "server b:1 is in two groups"),
+        ([["a:1", "b:1"], "b:1"], ValueError, r"b:1 is in two groups \(a:1,b:1 and b:1\)"),
+        (["b:1", ["a:1", "b:1"]], ValueError, "server b:1 is in two groups"),
+        (["a:1", "a:1"], ValueError, "server a:1 is named twice"),
+        ([["a:1", "nope"]], ValueError, r"servers\[0\] \(a group\): .*expected host:port"),
+        ([["a:1", 7]], TypeError, r"servers\[0\] \(a group\): servers must be"),
+        ([["a:1", ["b:1"]]], TypeError, r"servers\[0\] \(a group\): servers must be"),
+        ([7], TypeError, "strings or groups"),
+        ([{"a:1"}], TypeError, "strings or groups"),
+    ],
+)
+def test_parse_groups_errors_are_precise(
+    servers: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        parse_groups(servers)
+
+
+def test_parse_groups_bound_counts_every_member() -> None:
+    """MAX_SERVERS counts the members of groups as well as plain servers."""
+    half = MAX_SERVERS // 2
+    assert sum(len(e.members) for e in parse_groups([[f"h:1-{half}"], f"g:1-{half}"])) == (
+        MAX_SERVERS
+    )
+    with pytest.raises(ValueError, match="more than 1024 servers"):
+        parse_groups([[f"h:1-{half}"], [f"g:1-{half}"], "k:1"])
+    with pytest.raises(ValueError, match="more than 1024 servers"):
+        parse_groups([[f"h:1-{MAX_SERVERS}", "g:1"]])
+
+
+def test_router_member_names_a_group_by_its_id_or_any_member() -> None:
+    """``client.shard(...)`` takes a group's id (members in any order) or one of its
+    configured members; a server of no entry, or a mix of entries, is a ValueError."""
+    router = Router([["a:1", "b:1"], "c:1"])
+    group, plain = router.servers
+    assert router.member("a:1,b:1") is group
+    assert router.member("B:1, a:1") is group
+    assert router.member("b:1") is group
+    assert router.member("c:1") is plain
+    with pytest.raises(ValueError, match="not one of this client's servers"):
+        router.member("d:1")
+    with pytest.raises(ValueError, match="name one server or group, got 2"):
+        router.member("a:1,c:1")
+    with pytest.raises(ValueError, match="name one server or group, got 3"):
+        router.member("a:1,b:1,d:1")
+
+
+def test_a_server_group_needs_a_member() -> None:
+    with pytest.raises(ValueError, match="no member"):
+        ServerGroup(())

@@ -141,7 +141,8 @@ def test_doc_names_every_wire_field() -> None:
         "namespace", "statements", "tx_id", "description", "min_uptime", "min_trust", "wait",
         "target", "status", "cause", "host", "uptime", "trust", "failed", "data", "fence",
         "valid_until", "existed", "stats", "server", "limits", "found", "code", "name",
-        "message", "reason", "entries", "set_at", "expires_at", "value",
+        "message", "reason", "entries", "set_at", "expires_at", "value", "instance",
+        "started_at", "group", "replicas",
     ]  # fmt: skip
     for field in fields:
         assert f"`{field}`" in text, field

@@ -262,6 +262,8 @@ bodies = st.one_of(
         stat_maps,
         texts,
         st.none() | finite,
+        texts,
+        st.lists(texts, max_size=3).map(tuple),
     ),
     st.builds(Cancelled, st.booleans()),
     st.builds(HoldersPage, st.lists(holder_records, max_size=3), st.none() | texts),
