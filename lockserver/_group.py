@@ -322,14 +322,42 @@ class GroupState:
         return state
 
     def fingerprint(self) -> bytes:
-        """The whole state as comparable bytes (a pickle without its memo, so that strings
-        one process shares and another does not still compare equal): equal on two replicas
-        that applied the same log, whatever their hash seeds."""
-        out = io.BytesIO()
-        pickler = pickle.Pickler(out, protocol=5)
-        pickler.fast = True  # no memo: every object written out in full
-        pickler.dump(self)
-        return out.getvalue()
+        """The whole state as comparable bytes: equal on two replicas that applied the same
+        log, whatever their hash seeds and whichever objects each happens to share (every
+        object is written out by value, in its pickled form; its repr, not a pickle, whose
+        memo would show which equal strings are the same object)."""
+        return repr(_by_value(self, set())).encode()
+
+
+_PRIMITIVE: Final = (str, bytes, int, float, bool, type(None))
+
+
+def _by_value(obj: Any, path: set[int]) -> Any:
+    """``obj`` as nested tuples of primitives: each object as its type's name and what its
+    pickled form carries (a reference back up the path, a cycle, as ``("cycle",)``)."""
+    if isinstance(obj, _PRIMITIVE):
+        return obj
+    if id(obj) in path:
+        return ("cycle",)
+    path.add(id(obj))
+    try:
+        if isinstance(obj, (list, tuple)):
+            return (type(obj).__name__, tuple(_by_value(x, path) for x in obj))
+        if type(obj) is dict:
+            return ("dict", tuple((_by_value(k, path), _by_value(v, path)) for k, v in obj.items()))
+        if isinstance(obj, (set, frozenset)):
+            return (type(obj).__name__, tuple(sorted(repr(_by_value(x, path)) for x in obj)))
+        if isinstance(obj, type):
+            return ("type", obj.__module__, obj.__qualname__)
+        reduced = obj.__reduce_ex__(5)
+        parts = [_by_value(x, path) for x in reduced[1:3]]
+        if len(reduced) > 3 and reduced[3] is not None:
+            parts.append(tuple(_by_value(x, path) for x in reduced[3]))
+        if len(reduced) > 4 and reduced[4] is not None:
+            parts.append(tuple(_by_value(x, path) for x in reduced[4]))
+        return (type(obj).__module__, type(obj).__qualname__, tuple(parts))
+    finally:
+        path.discard(id(obj))
 
 
 _ALLOWED_BUILTINS: Final = frozenset(
