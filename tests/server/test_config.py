@@ -59,6 +59,15 @@ def test_defaults() -> None:
         ),
         ("send_timeout", float("inf"), "send_timeout must be a finite number of seconds"),
         ("busy_poll", -0.001, "busy_poll must be >= 0 seconds, got -0.001"),
+        ("replicate", "127.0.0.1:2379", "replicate: must look like etcd://HOST:PORT"),
+        ("replicate", "etcd://h:0", "replicate: 'h:0' is not HOST:PORT"),
+        ("replicate", "etcd://h:2379,nohost", "replicate: 'nohost' is not HOST:PORT"),
+        ("group", "", "group must be 1-64 characters"),
+        ("group", "a/b", "group must be 1-64 characters"),
+        ("group", "x" * 65, "group must be 1-64 characters"),
+        ("replica_lease_ttl", 1, "replica_lease_ttl must be >= 2, got 1"),
+        ("replica_lease_ttl", 301, "replica_lease_ttl must be <= 300, got 301"),
+        ("replica_snapshot_every", 9, "replica_snapshot_every must be >= 10, got 9"),
         ("busy_poll", 0.0101, "busy_poll must be <= 0.01 seconds, got 0.0101"),
         ("busy_poll", "fast", "busy_poll must be a finite number of seconds, got 'fast'"),
         ("log_level", "loud", "log_level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
@@ -186,6 +195,9 @@ def _a_valid_other_value(name: str) -> object:
         "max_store_bytes": 2**21,
         "max_receive_total": 2 * 1024 * 1024,  # at least max_frame + 4
         "ready_min_trust": 0.5,
+        "replicate": "etcd://127.0.0.1:2379,etcd-2:2379",
+        "group": "billing",
+        "replica_lease_ttl": 10,
     }.get(name, 4096)
 
 

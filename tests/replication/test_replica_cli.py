@@ -1,0 +1,43 @@
+"""The ``lockserver`` command as a replica: conflicting or unreachable settings end it at once
+with one clear line (no traceback) and the documented exit status."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from lockbench.etcd import free_ports
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lockserver", "--port", "0", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_processes_and_replicate_do_not_go_together() -> None:
+    """--processes N with --replicate: exit 2, saying why."""
+    done = run("--processes", "2", "--replicate", "etcd://127.0.0.1:2379")
+    assert done.returncode == 2
+    assert "--processes and --replicate do not go together" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_unreachable_etcd_exits_1_naming_the_group_and_endpoint() -> None:
+    """Nothing listens at the etcd endpoint: exit 1 with the group and the endpoint named."""
+    (port,) = free_ports(1)
+    done = run("--replicate", f"etcd://127.0.0.1:{port}", "--group", "orders")
+    assert done.returncode == 1, done.stderr
+    assert "replica of group 'orders'" in done.stderr
+    assert f"127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_replicate_value_is_a_usage_error() -> None:
+    """A --replicate that is not etcd://HOST:PORT: exit 2 naming the setting."""
+    done = run("--replicate", "http://127.0.0.1:2379")
+    assert done.returncode == 2
+    assert "replicate: must look like etcd://HOST:PORT" in done.stderr
