@@ -138,6 +138,10 @@ SERVER_CONFIG_FIELDS = [
     "tls_cert",
     "tls_key",
     "tls_client_ca",
+    "replicate",
+    "group",
+    "replica_lease_ttl",
+    "replica_snapshot_every",
     "trust",
 ]
 
