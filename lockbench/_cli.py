@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+from ._bigtable import BIG_CONNECTIONS, BIG_PREFILL
 from ._blast import BlastConfig, run_blast
 from ._compare import compare
 from ._report import LiveProgress, print_results
@@ -46,6 +47,16 @@ def _add_target(p: argparse.ArgumentParser) -> None:
         "--spawn",
         action="store_true",
         help="start a private server on a free loopback port and stop it afterwards",
+    )
+
+
+def _add_pin(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="the pinned layout: the spawned server on CPU 0 (the first CPU lockbench may "
+        "use), lockbench's load on the others (needs --spawn and 2 CPUs); without it nothing "
+        "is pinned. Results name their layout either way",
     )
 
 
@@ -84,12 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PREFIX",
         help="py-spy the spawned server: PREFIX.raw.txt and PREFIX.top.txt",
     )
+    _add_pin(p)
 
     p = sub.add_parser("blast", help="measure server capacity with a minimal raw client")
     _add_target(p)
-    p.add_argument("--connections", type=_positive_int, default=1)
     p.add_argument(
-        "--pipeline", type=_positive_int, default=64, help="requests in flight per connection"
+        "--connections",
+        type=_positive_int,
+        help=f"default 1 ({BIG_CONNECTIONS} with --bigtable)",
+    )
+    p.add_argument(
+        "--pipeline",
+        type=_positive_int,
+        help="requests in flight per connection (default 64; --bigtable: 1, the only choice)",
     )
     p.add_argument("--duration", type=float, default=DEFAULT_DURATION, help="seconds")
     p.add_argument("--count", type=_positive_int, default=DEFAULT_COUNT, help="max requests")
@@ -102,7 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --spawn: start N lockserver shards (lockserver --processes N); "
         "--connections is then per server",
     )
-    p.add_argument("--prefill", type=int, default=0, help="entries held before measuring")
+    p.add_argument(
+        "--prefill",
+        type=int,
+        help=f"entries held before measuring (default 0; {BIG_PREFILL:,} with --bigtable)",
+    )
     p.add_argument("--rate", type=float, help="paced mode: total requests/s (needs --pipeline 1)")
     p.add_argument(
         "--suite",
@@ -110,11 +132,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="the issue's four capacity measurements in one go (ignores the shape options)",
     )
     p.add_argument(
+        "--bigtable",
+        action="store_true",
+        help="issue 19's stall shape: prefill one table through 16 sessions of 250-statement "
+        "executes, then unique-var acquires, never released, 1 in flight per connection "
+        "(scale it with --prefill, --connections, --duration)",
+    )
+    p.add_argument(
         "--profile",
         metavar="PREFIX",
         help="py-spy the server during the phases: PREFIX.raw.txt and PREFIX.top.txt",
     )
     p.add_argument("--json", metavar="FILE", help="write the results here")
+    _add_pin(p)
 
     p = sub.add_parser("sitting", help="every README measurement in one go")
     p.add_argument("--out", default="benchmarks/results", help="directory for the results")
@@ -218,6 +248,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         processes=args.processes,
         client=args.client,
         profile=args.profile,
+        pin=args.pin,
     )
     config.validate()
     label = f"{config.target.backend} {config.workload}"
@@ -233,21 +264,29 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
 def _cmd_blast(args: argparse.Namespace, console: Console) -> int:
+    if args.bigtable and args.pipeline not in (None, 1):
+        raise ValueError("--bigtable keeps one request in flight per connection: drop --pipeline")
     config = BlastConfig(
         target=_target(args),
         spawn=args.spawn,
-        connections=args.connections,
-        pipeline=args.pipeline,
+        connections=_or(args.connections, BIG_CONNECTIONS if args.bigtable else 1),
+        pipeline=_or(args.pipeline, 1 if args.bigtable else 64),
         duration=args.duration,
         count=args.count,
         warmup=args.warmup,
         processes=args.processes,
-        prefill=args.prefill,
+        prefill=_or(args.prefill, BIG_PREFILL if args.bigtable else 0),
         rate=args.rate,
         suite=args.suite,
         profile=args.profile,
         shards=args.shards,
+        pin=args.pin,
+        bigtable=args.bigtable,
     )
     results = run_blast(config, console)
     print_results(console, results, "lockbench blast")
