@@ -19,6 +19,7 @@ from rich.console import Console
 from ._bigtable import BIG_CONNECTIONS, BIG_PREFILL
 from ._blast import BlastConfig, run_blast
 from ._compare import compare
+from ._layout import LAYOUTS, PINNED, LayoutError, pin_plan
 from ._report import LiveProgress, print_results
 from ._results import ResultDocument, SchemaError, machine_info, read_document, write_document
 from ._runner import DEFAULT_COUNT, DEFAULT_DURATION, RunConfig, run
@@ -168,9 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--parts",
-        default="e2e,workloads,blast,profile",
-        help="comma-separated subset of e2e,workloads,blast,profile (the summary is rebuilt "
-        "from every result file in --out)",
+        default="e2e,workloads,blast,bigtable,profile",
+        help="comma-separated subset of e2e,workloads,blast,bigtable,profile (the summary is "
+        "rebuilt from every result file in --out)",
+    )
+    p.add_argument(
+        "--layouts",
+        help="comma-separated subset of pinned,unpinned: the layouts each measurement runs in "
+        "(default both; pinned is left out, with a note, on a machine with 1 CPU)",
     )
 
     p = sub.add_parser("compare", help="ratios B/A of two result files")
@@ -305,6 +311,7 @@ def _cmd_sitting(args: argparse.Namespace, console: Console) -> int:
     unknown = sorted(set(parts) - set(PARTS_ALL))
     if unknown:
         raise ValueError(f"unknown --parts {', '.join(unknown)} (known: {', '.join(PARTS_ALL)})")
+    layouts = _layouts(args.layouts, console)
     run_sitting(
         Sitting(
             Path(args.out),
@@ -315,10 +322,32 @@ def _cmd_sitting(args: argparse.Namespace, console: Console) -> int:
             repeats=args.repeats,
             blast_repeats=args.blast_repeats,
             shards=args.shards,
+            layouts=layouts,
         ),
         console,
     )
     return 0
+
+
+def _layouts(text: str | None, console: Console) -> tuple[str, ...]:
+    """The sitting's layouts: those asked for (pinned refused on 1 CPU), or by default both
+    (pinned left out, with a note, on 1 CPU)."""
+    if text is None:
+        try:
+            pin_plan()
+        except LayoutError as exc:
+            console.print(f"[yellow]the pinned layout is left out: {exc}")
+            return tuple(x for x in LAYOUTS if x != PINNED)
+        return LAYOUTS
+    layouts = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    unknown = sorted(set(layouts) - set(LAYOUTS))
+    if unknown or not layouts:
+        raise ValueError(
+            f"unknown --layouts {', '.join(unknown) or '(none)'} (known: {', '.join(LAYOUTS)})"
+        )
+    if PINNED in layouts:
+        pin_plan()
+    return layouts
 
 
 def _cmd_compare(args: argparse.Namespace, console: Console) -> int:

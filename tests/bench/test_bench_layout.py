@@ -5,6 +5,7 @@ assertions."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -12,10 +13,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from lockbench import main
 from lockbench._blast import BlastConfig, run_blast
-from lockbench._cli import build_parser
+from lockbench._cli import _layouts, build_parser
 from lockbench._layout import (
     PARTIAL,
     PINNED,
@@ -95,6 +97,8 @@ def test_layout_names_what_it_sees() -> None:
         ),
         (["run", "ping", "--target", "lockserver://127.0.0.1:7400", "--pin"], "add --spawn"),
         (["blast", "--spawn", "--shards", "2", "--pin"], "not with --shards"),
+        (["sitting", "--layouts", "pinned,sideways"], "unknown --layouts sideways"),
+        (["sitting", "--layouts", ","], "unknown --layouts (none)"),
     ],
 )
 def test_bad_layout_options_are_refused(
@@ -112,13 +116,15 @@ def test_pin_parses() -> None:
     assert parser.parse_args(["blast", "--spawn", "--pin"]).pin is True
     assert parser.parse_args(["run", "ping", "--spawn", "--pin"]).pin is True
     assert parser.parse_args(["blast", "--spawn"]).pin is False
+    assert parser.parse_args(["sitting"]).layouts is None
     with pytest.raises(SystemExit):
         parser.parse_args(["compare", "a.json", "b.json", "--pin"])
 
 
-def test_one_cpu_machine_refuses_pin() -> None:
+def test_one_cpu_machine_refuses_pin_and_the_sitting_leaves_it_out(tmp_path: Path) -> None:
     """lockbench bound to one CPU (as on a 1-CPU machine): --pin exits 2 with the reason,
-    before any server starts."""
+    before any server starts; the sitting's default layouts leave pinned out with a note,
+    and asking for pinned there is an error."""
     one = frozenset(sorted(CPUS)[:1])
     with thread_on(one):  # the child inherits this thread's CPUs
         blast = subprocess.run(
@@ -129,8 +135,25 @@ def test_one_cpu_machine_refuses_pin() -> None:
             timeout=60,
             check=False,
         )
+        sitting = subprocess.run(
+            [sys.executable, "-m", "lockbench", "sitting", "--layouts", "pinned"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     assert blast.returncode == 2
     assert "--pin needs 2 CPUs or more" in blast.stderr
+    assert sitting.returncode == 2
+    assert "--pin needs 2 CPUs or more" in sitting.stderr
+
+    out = io.StringIO()
+    with thread_on(one):
+        assert _layouts(None, Console(file=out, width=300)) == (UNPINNED,)
+    assert "the pinned layout is left out: --pin needs 2 CPUs or more" in out.getvalue()
+    if len(CPUS) > 1:
+        assert _layouts(None, Console(file=io.StringIO())) == (PINNED, UNPINNED)
 
 
 @two_cpus
