@@ -23,7 +23,14 @@ The mutex keys spread over 16 namespaces per server (``lb-0``, ...) with one ser
 ``--prefill N`` first loads N held entries, then reports the server's RSS before and after and
 the bytes per entry. ``--suite`` runs the issue's four capacity figures against one prefilled
 server: 1 connection pipelined; 64 connections unpipelined; 1 connection strict
-request/response; 64 connections paced at half the capacity just measured.
+request/response; 64 connections paced at half the capacity just measured. ``--bigtable``
+runs the one phase of issue 19's stall shape instead (:mod:`._bigtable`): its own prefill
+(1,000,000 entries in one table by default) and unique-var acquires that are never released,
+from 64 connections by default.
+
+Every phase reports the largest gap between consecutive replies when one blaster process
+drove it (with several, each saw only its own replies). ``--pin`` runs the spawned server on
+one CPU and the blaster on the others (:mod:`._layout`); every result names the layout.
 """
 
 from __future__ import annotations
@@ -37,6 +44,13 @@ from typing import Any
 import attrs
 from rich.console import Console
 
+from ._bigtable import (
+    BIG_BATCH,
+    BIG_TABLE,
+    bigtable_worker,
+    prefill_bigtable,
+    server_args,
+)
 from ._blaster import (
     PREFILL_PER_TX,
     RING_KEYS,
@@ -47,6 +61,7 @@ from ._blaster import (
     server_entries,
 )
 from ._hdr import LatencyHistogram
+from ._layout import CpuPlan
 from ._profile import profile_report, profiled
 from ._report import LiveProgress
 from ._results import Result
@@ -55,7 +70,11 @@ from ._runner import (
     DEFAULT_DURATION,
     MAX_DURATION,
     Execution,
+    WorkerFn,
+    check_pin,
     execute,
+    laid_out,
+    layout_params,
     open_servers,
     split,
     window_figures,
@@ -90,6 +109,8 @@ class BlastConfig:
     interval: float = 0.5
     profile: str | None = None  # path prefix: py-spy the server during the phases
     shards: int = 1  # with spawn: lockserver shard processes to start
+    pin: bool = False  # the pinned layout: the spawned server on one CPU, the load on the rest
+    bigtable: bool = False  # issue 19's stall shape instead of the mutex ring (see _bigtable)
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad option (TargetError for a target that is
@@ -124,6 +145,32 @@ class BlastConfig:
             raise ValueError("--prefill must be in 0..10,000,000")
         if self.rate is not None and (self.rate <= 0 or self.pipeline != 1):
             raise ValueError("--rate needs a positive rate and --pipeline 1")
+        if self.bigtable:
+            self._validate_bigtable()
+        if self.pin:
+            if self.shards > 1:
+                raise ValueError(
+                    "--pin puts one server on one CPU: not with --shards (pin shards by hand, "
+                    "see benchmarks/README.md)"
+                )
+            check_pin(self.spawn)
+
+    def _validate_bigtable(self) -> None:
+        if self.target.backend is not Backend.LOCKSERVER:
+            raise ValueError("--bigtable: lockserver only (issue 19's stall shape)")
+        if self.suite:
+            raise ValueError("--bigtable and --suite are two kinds of run: give one")
+        if self.shards > 1 or self.target.others:
+            raise ValueError("--bigtable drives one server (one big table)")
+        if self.pipeline != 1 or self.rate is not None:
+            raise ValueError("--bigtable keeps one request in flight per connection, unpaced")
+        if self.processes != 1:
+            raise ValueError(
+                "--bigtable runs its connections in one blaster process (the largest gap "
+                "between replies is measured over all of them): drop --processes"
+            )
+        if self.prefill < 1:
+            raise ValueError("--bigtable needs --prefill >= 1 (1,000,000 by default)")
 
 
 # --- orchestration ----------------------------------------------------------------------------
@@ -140,12 +187,13 @@ class _Phase:
 
 @attrs.frozen
 class _Servers:
-    """What a blast drives: the concrete target, each server's process (or None) and the
-    namespaces placed on each (lockserver)."""
+    """What a blast drives: the concrete target, each server's process (or None), the
+    namespaces placed on each (lockserver), and the layout observed (:mod:`._layout`)."""
 
     target: Target
     processes: tuple[ServerProcess | None, ...]
     namespaces: list[tuple[str, ...]]
+    layout: dict[str, Any]
 
     @property
     def count(self) -> int:
@@ -167,12 +215,22 @@ def run_blast(config: BlastConfig, console: Console | None = None) -> list[Resul
     config.validate()
     run_id = uuid.uuid4().hex[:8]
     results: list[Result] = []
-    with open_servers(config.target, config.spawn, config.shards) as (target, processes):
+    cpus: CpuPlan | None = check_pin(config.spawn) if config.pin else None
+    with (
+        open_servers(
+            config.target,
+            config.spawn,
+            config.shards,
+            args=server_args() if config.bigtable else (),
+            cpus=None if cpus is None else cpus.server,
+        ) as (target, processes),
+        laid_out(cpus, processes) as layout,
+    ):
         addresses = target.addresses
         placed: list[tuple[str, ...]] = [()]  # Redis: no namespaces
         if target.backend is Backend.LOCKSERVER:
             placed = plan(addresses)
-        servers = _Servers(target, processes, placed)
+        servers = _Servers(target, processes, placed, layout)
         if console is not None and servers.count > 1:
             console.print(
                 f"{servers.count} servers, {config.connections} connection(s) each: "
@@ -181,11 +239,24 @@ def run_blast(config: BlastConfig, console: Console | None = None) -> list[Resul
                     for (h, p), ns in zip(addresses, placed, strict=True)
                 )
             )
+        if console is not None:
+            console.print(_layout_line(layout))
         memory: dict[str, Any] = {}
         if config.prefill:
             memory = _do_prefill(config, servers, run_id, console)
         per_server = "" if servers.count == 1 else " per server"
-        if not config.suite:
+        if config.bigtable:
+            phases = [
+                _Phase(
+                    "bigtable",
+                    f"{config.prefill:,} held in one table ({memory.get('prefill_sessions')} "
+                    f"sessions, {BIG_BATCH} per execute), {config.connections} connections "
+                    "sending unique-var acquires, 1 in flight each, no releases",
+                    config.connections,
+                    1,
+                )
+            ]
+        elif not config.suite:
             phases = [
                 _Phase(
                     "blast",
@@ -218,6 +289,16 @@ def run_blast(config: BlastConfig, console: Console | None = None) -> list[Resul
             raise RuntimeError("--profile needs the server's pid (use --spawn)")
         _run_phases(config, servers, phases, run_id, memory, console, results)
     return results
+
+
+def _layout_line(layout: dict[str, Any]) -> str:
+    """The layout, as printed before the phases."""
+    server = layout["server_cpus"]
+    where = "unknown" if server is None else ",".join(map(str, server))
+    return (
+        f"layout {layout['layout']}: server on CPU {where}, "
+        f"load on CPU {','.join(map(str, layout['load_cpus']))}"
+    )
 
 
 def _run_phases(
@@ -256,12 +337,21 @@ def _do_prefill(
     before = sum(p.memory_info().rss for p in procs if p is not None) if known else None
     if console is not None:
         console.print(f"prefilling {config.prefill:,} entries ...")
-    # Transaction j's namespace is the pool's j-th (cyclically); it goes where that lives.
-    batches = prefill_batches(config.prefill, namespace_pool(servers.count), PREFILL_PER_TX)
     seconds = 0.0
-    for (host, port), names in zip(target.addresses, servers.namespaces, strict=True):
-        mine = [b for b in batches if b[0] in names] if target.backend is Backend.LOCKSERVER else []
-        seconds += prefill(target.backend, host, port, config.prefill, run_id, mine)
+    shape: dict[str, Any] = {}
+    if config.bigtable:
+        seconds, sessions = prefill_bigtable(target.host, target.port or 0, config.prefill, run_id)
+        shape = {"prefill_sessions": sessions, "prefill_batch": BIG_BATCH, "table": BIG_TABLE}
+    else:
+        # Transaction j's namespace is the pool's j-th (cyclically); it goes where it lives.
+        batches = prefill_batches(config.prefill, namespace_pool(servers.count), PREFILL_PER_TX)
+        for (host, port), names in zip(target.addresses, servers.namespaces, strict=True):
+            mine = (
+                [b for b in batches if b[0] in names]
+                if target.backend is Backend.LOCKSERVER
+                else []
+            )
+            seconds += prefill(target.backend, host, port, config.prefill, run_id, mine)
     time.sleep(0.5)
     after = sum(p.memory_info().rss for p in procs if p is not None) if known else None
     counts = [server_entries(target.backend, h, p) for h, p in target.addresses]
@@ -272,6 +362,7 @@ def _do_prefill(
         "entries_held": held,
         "rss_before_bytes": before,
         "rss_after_prefill_bytes": after,
+        **shape,
     }
     if servers.count > 1:
         out["entries_held_per_server"] = counts
@@ -331,6 +422,7 @@ def _run_phase(
 ) -> Result:
     target, server = servers.target, servers.processes[0]
     processes, specs = _specs(config, servers, phase, run_id)
+    worker: WorkerFn = bigtable_worker if config.bigtable else blast_worker
     probe = servers.probe()
     gc_before = _gc_figures(probe)
     profile: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
@@ -349,10 +441,12 @@ def _run_phase(
                 with LiveProgress(
                     console, f"{target.backend} {phase.name}", config.duration, config.count
                 ) as live:
-                    ex = execute(blast_worker, specs, on_sample=live.update, **kwargs)
+                    ex = execute(worker, specs, on_sample=live.update, **kwargs)
             else:
-                ex = execute(blast_worker, specs, **kwargs)
+                ex = execute(worker, specs, **kwargs)
         gc_after = _gc_figures(probe)
+        if config.bigtable:
+            memory = {**memory, **_bigtable_after(servers, ex)}
     finally:
         probe.close()
     if gc_before is not None and gc_after is not None:
@@ -377,6 +471,19 @@ def _run_phase(
     return result
 
 
+def _bigtable_after(servers: _Servers, ex: Execution) -> dict[str, Any]:
+    """The store after a bigtable phase, against the acquires that succeeded: entries held
+    now, acquires answered OK over the whole run, requests unanswered when it stopped (the
+    server may or may not have run those)."""
+    time.sleep(0.2)  # let the server finish what the closed connections had sent
+    host, port = servers.target.addresses[0]
+    return {
+        "entries_held_after": server_entries(Backend.LOCKSERVER, host, port),
+        "acquired_total": sum(r.acquired_total for r in ex.reports),
+        "unanswered_at_end": sum(r.unanswered for r in ex.reports),
+    }
+
+
 def _gc_figures(probe: ServerProbe) -> dict[str, list[float]] | None:
     """The lockserver's collector counters (statistics ``gc``), summed over the servers, or
     None (Redis, no answer)."""
@@ -389,6 +496,8 @@ def _gc_figures(probe: ServerProbe) -> dict[str, list[float]] | None:
             "collections": list(gc["collections"]),
             "pause_total_ms": list(gc["pause_total_ms"]),
         }
+        if isinstance(gc.get("freezes"), int):  # servers since issue 19: big tables frozen
+            figures["freezes"] = [gc["freezes"]]
         if total is None:
             total = figures
         else:
@@ -398,10 +507,12 @@ def _gc_figures(probe: ServerProbe) -> dict[str, list[float]] | None:
 
 def _gc_delta(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, Any]:
     """Collections and pause time per generation between two readings: what the collector
-    cost during a phase (warm-up included), to tell a GC pause from other stalls."""
+    cost during a phase (warm-up included), to tell a GC pause from other stalls; and the
+    server's heap freezes meanwhile (``freezes``, one number in a list), when it counts them."""
     return {
         key: [round(a - b, 3) for a, b in zip(after[key], before[key], strict=True)]
-        for key in ("collections", "pause_total_ms")
+        for key in ("collections", "pause_total_ms", "freezes")
+        if key in before and key in after
     }
 
 
@@ -416,7 +527,12 @@ def _phase_result(
     target = servers.target
     w = window_figures(ex)
     elapsed, ops, cpu_s = w["elapsed"], w["ops"], w["cpu_s"]
-    extra: dict[str, Any] = {"phase": phase.summary, **memory, **w["cpu_use"]}
+    in_params, in_extra = layout_params(servers.layout)
+    extra: dict[str, Any] = {"phase": phase.summary, **in_extra, **memory, **w["cpu_use"]}
+    if len(ex.reports) == 1:  # one blaster saw every reply: its gap is the server's
+        (report,) = ex.reports
+        extra["reply_gap_max_us"] = round(report.reply_gap_ns / 1000, 1)
+        extra["reply_gap_at_s"] = report.reply_gap_at
     if servers.count > 1:
         extra["servers"] = _per_server(servers, phase, ex, elapsed)
     if phase.rate is not None:
@@ -440,6 +556,9 @@ def _phase_result(
     }
     if servers.count > 1:  # only then: one-server results pair with earlier files
         params["servers"] = servers.count
+    if config.bigtable:
+        params["bigtable"] = True
+    params.update(in_params)
     return Result(
         name=phase.name,
         kind="blast",

@@ -75,10 +75,15 @@ __all__ = [
     "PREFILL_PER_TX",
     "RING_KEYS",
     "BlastSpec",
+    "ReplyGaps",
     "ServerShare",
     "blast_worker",
+    "connect",
     "encode_request",
+    "lockserver_call",
+    "lockserver_handshake",
     "lockserver_ring",
+    "read_frame",
     "prefill",
     "redis_ring",
     "resp",
@@ -219,13 +224,14 @@ class _Conn:
         self.inflight += n
 
 
-def _connect(host: str, port: int) -> socket.socket:
+def connect(host: str, port: int) -> socket.socket:
+    """A TCP connection to ``host:port`` with Nagle off (a 10 s timeout to connect)."""
     sock = socket.create_connection((host, port), timeout=10)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return sock
 
 
-def _read_frame(sock: socket.socket, buf: bytearray) -> bytes:
+def read_frame(sock: socket.socket, buf: bytearray) -> bytes:
     """Block until one whole lockserver frame is in ``buf``; return its payload."""
     while True:
         if len(buf) >= 4:
@@ -257,15 +263,15 @@ def _read_line(sock: socket.socket, buf: bytearray) -> bytes:
 def lockserver_call(sock: socket.socket, buf: bytearray, request: Request) -> dict[str, Any]:
     """Send one request and return its decoded reply map (for set-up, not the hot path)."""
     sock.sendall(encode_request(request))
-    reply: dict[str, Any] = msgpack.unpackb(_read_frame(sock, buf), raw=False)
+    reply: dict[str, Any] = msgpack.unpackb(read_frame(sock, buf), raw=False)
     if reply.get("type") == "error":
         raise RuntimeError(f"server error {reply.get('name')}: {reply.get('message')}")
     return reply
 
 
-def lockserver_handshake(sock: socket.socket, buf: bytearray) -> None:
-    """Hello / Welcome."""
-    lockserver_call(sock, buf, Hello(0, client_name="lockbench-blast"))
+def lockserver_handshake(sock: socket.socket, buf: bytearray) -> dict[str, Any]:
+    """Hello / Welcome; the welcome's map (the server's ``limits`` among its fields)."""
+    return lockserver_call(sock, buf, Hello(0, client_name="lockbench-blast"))
 
 
 def redis_load_scripts(sock: socket.socket, buf: bytearray) -> tuple[str, str]:
@@ -285,6 +291,39 @@ def redis_load_scripts(sock: socket.socket, buf: bytearray) -> tuple[str, str]:
 # --- the worker -------------------------------------------------------------------------------
 
 
+class ReplyGaps:
+    """The longest stretch of the window in which no reply came, over every connection of a
+    worker: what a stall of the server looks like from outside, whatever its length in
+    requests. Fed each reply's arrival time (perf_counter_ns); replies arriving together
+    count once."""
+
+    __slots__ = ("last_ns", "longest_ns", "started_ns", "window_ns")
+
+    def __init__(self) -> None:
+        self.window_ns = 0  # when the window opened
+        self.last_ns = 0  # the last reply's arrival, 0 before the first in the window
+        self.longest_ns = 0
+        self.started_ns = 0  # when the longest began
+
+    def open(self, now_ns: int) -> None:
+        """The window opens: forget the warm-up."""
+        self.window_ns = now_ns
+        self.last_ns = self.longest_ns = self.started_ns = 0
+
+    def reply(self, t_ns: int) -> None:
+        """A reply arrived at ``t_ns``."""
+        last = self.last_ns
+        if last and t_ns - last > self.longest_ns:
+            self.longest_ns = t_ns - last
+            self.started_ns = last
+        self.last_ns = t_ns
+
+    def report(self, report: WorkerReport) -> WorkerReport:
+        """``report`` with the longest gap and its start (seconds into the window)."""
+        at = (self.started_ns - self.window_ns) / 1e9 if self.longest_ns else 0.0
+        return attrs.evolve(report, reply_gap_ns=self.longest_ns, reply_gap_at=round(at, 6))
+
+
 def blast_worker(
     spec: BlastSpec, gate: Gate, publish: Callable[[Recorder], None] | None = None
 ) -> WorkerReport:
@@ -294,7 +333,7 @@ def blast_worker(
         for share in spec.shares:
             for i in range(share.connections):
                 index = share.first_conn + i
-                sock = _connect(share.host, share.port)
+                sock = connect(share.host, share.port)
                 buf = bytearray()
                 if spec.backend is Backend.LOCKSERVER:
                     lockserver_handshake(sock, buf)
@@ -352,6 +391,7 @@ def _blast_epoll(
             c.send(spec.pipeline, perf())
     index_of = {c: i for i, c in enumerate(conns)}
     per_server = [0] * spec.servers  # replies in the window, by server
+    gaps = ReplyGaps()
     replies = 0  # all replies seen (for the 1-in-64 sampling)
     measuring = False
     next_publish = 0.0
@@ -366,6 +406,7 @@ def _blast_epoll(
             from_schedule.reset()
             rec.ops = rec.requests = rec.acquires = rec.acquired = 0
             per_server = [0] * spec.servers
+            gaps.open(perf())
         if publish is not None and now >= next_publish:
             next_publish = now + 0.1
             publish(rec)
@@ -425,6 +466,8 @@ def _blast_epoll(
                 continue
             replies += n
             t = perf()
+            if measuring:
+                gaps.reply(t)
             sent = c.sent
             for _ in range(n):
                 hist_record(t - sent.popleft())
@@ -444,7 +487,7 @@ def _blast_epoll(
     finished = mono()
     if publish is not None:
         publish(rec)
-    report = attrs.evolve(rec.report(finished), per_server=tuple(per_server))
+    report = gaps.report(attrs.evolve(rec.report(finished), per_server=tuple(per_server)))
     if paced:
         # The headline latency of a paced run is the one from the schedule; the one from the
         # actual send goes along as the "service" latency.
@@ -481,7 +524,7 @@ def prefill(
     transactions this server gets, as (namespace, first, stop) entry ranges (default: all
     ``n`` in the one namespace of a single-server blast)."""
     t0 = time.monotonic()
-    sock = _connect(host, port)
+    sock = connect(host, port)
     sock.settimeout(120)
     buf = bytearray()
     try:
@@ -506,7 +549,7 @@ def _prefill_lockserver(
     def collect(until: int) -> None:
         nonlocal in_flight
         while in_flight > until:
-            reply = msgpack.unpackb(_read_frame(sock, buf), raw=False)
+            reply = msgpack.unpackb(read_frame(sock, buf), raw=False)
             in_flight -= 1
             if reply.get("type") != "result" or reply.get("status") != _OK:
                 raise RuntimeError(f"prefill transaction failed: {str(reply)[:300]}")
@@ -543,7 +586,7 @@ def _prefill_redis(sock: socket.socket, buf: bytearray, n: int) -> None:
 
 def server_entries(backend: Backend, host: str, port: int) -> int | None:
     """How many entries (lockserver) or keys (Redis) the server holds."""
-    sock = _connect(host, port)
+    sock = connect(host, port)
     buf = bytearray()
     try:
         if backend is Backend.LOCKSERVER:

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+from ._bigtable import BIG_CONNECTIONS, BIG_PREFILL
 from ._blast import BlastConfig, run_blast
 from ._compare import compare
+from ._layout import LAYOUTS, PINNED, LayoutError, pin_plan
 from ._report import LiveProgress, print_results
 from ._results import ResultDocument, SchemaError, machine_info, read_document, write_document
 from ._runner import DEFAULT_COUNT, DEFAULT_DURATION, RunConfig, run
@@ -46,6 +48,16 @@ def _add_target(p: argparse.ArgumentParser) -> None:
         "--spawn",
         action="store_true",
         help="start a private server on a free loopback port and stop it afterwards",
+    )
+
+
+def _add_pin(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="the pinned layout: the spawned server on CPU 0 (the first CPU lockbench may "
+        "use), lockbench's load on the others (needs --spawn and 2 CPUs); without it nothing "
+        "is pinned. Results name their layout either way",
     )
 
 
@@ -84,12 +96,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PREFIX",
         help="py-spy the spawned server: PREFIX.raw.txt and PREFIX.top.txt",
     )
+    _add_pin(p)
 
     p = sub.add_parser("blast", help="measure server capacity with a minimal raw client")
     _add_target(p)
-    p.add_argument("--connections", type=_positive_int, default=1)
     p.add_argument(
-        "--pipeline", type=_positive_int, default=64, help="requests in flight per connection"
+        "--connections",
+        type=_positive_int,
+        help=f"default 1 ({BIG_CONNECTIONS} with --bigtable)",
+    )
+    p.add_argument(
+        "--pipeline",
+        type=_positive_int,
+        help="requests in flight per connection (default 64; --bigtable: 1, the only choice)",
     )
     p.add_argument("--duration", type=float, default=DEFAULT_DURATION, help="seconds")
     p.add_argument("--count", type=_positive_int, default=DEFAULT_COUNT, help="max requests")
@@ -102,7 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --spawn: start N lockserver shards (lockserver --processes N); "
         "--connections is then per server",
     )
-    p.add_argument("--prefill", type=int, default=0, help="entries held before measuring")
+    p.add_argument(
+        "--prefill",
+        type=int,
+        help=f"entries held before measuring (default 0; {BIG_PREFILL:,} with --bigtable)",
+    )
     p.add_argument("--rate", type=float, help="paced mode: total requests/s (needs --pipeline 1)")
     p.add_argument(
         "--suite",
@@ -110,11 +133,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="the issue's four capacity measurements in one go (ignores the shape options)",
     )
     p.add_argument(
+        "--bigtable",
+        action="store_true",
+        help="issue 19's stall shape: prefill one table through 16 sessions of 250-statement "
+        "executes, then unique-var acquires, never released, 1 in flight per connection "
+        "(scale it with --prefill, --connections, --duration)",
+    )
+    p.add_argument(
         "--profile",
         metavar="PREFIX",
         help="py-spy the server during the phases: PREFIX.raw.txt and PREFIX.top.txt",
     )
     p.add_argument("--json", metavar="FILE", help="write the results here")
+    _add_pin(p)
 
     p = sub.add_parser("sitting", help="every README measurement in one go")
     p.add_argument("--out", default="benchmarks/results", help="directory for the results")
@@ -138,9 +169,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--parts",
-        default="e2e,workloads,blast,profile",
-        help="comma-separated subset of e2e,workloads,blast,profile (the summary is rebuilt "
-        "from every result file in --out)",
+        default="e2e,workloads,blast,bigtable,profile",
+        help="comma-separated subset of e2e,workloads,blast,bigtable,profile (the summary is "
+        "rebuilt from every result file in --out)",
+    )
+    p.add_argument(
+        "--layouts",
+        help="comma-separated subset of pinned,unpinned: the layouts each measurement runs in "
+        "(default both; pinned is left out, with a note, on a machine with 1 CPU)",
     )
 
     p = sub.add_parser("compare", help="ratios B/A of two result files")
@@ -218,6 +254,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         processes=args.processes,
         client=args.client,
         profile=args.profile,
+        pin=args.pin,
     )
     config.validate()
     label = f"{config.target.backend} {config.workload}"
@@ -233,21 +270,29 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
 def _cmd_blast(args: argparse.Namespace, console: Console) -> int:
+    if args.bigtable and args.pipeline not in (None, 1):
+        raise ValueError("--bigtable keeps one request in flight per connection: drop --pipeline")
     config = BlastConfig(
         target=_target(args),
         spawn=args.spawn,
-        connections=args.connections,
-        pipeline=args.pipeline,
+        connections=_or(args.connections, BIG_CONNECTIONS if args.bigtable else 1),
+        pipeline=_or(args.pipeline, 1 if args.bigtable else 64),
         duration=args.duration,
         count=args.count,
         warmup=args.warmup,
         processes=args.processes,
-        prefill=args.prefill,
+        prefill=_or(args.prefill, BIG_PREFILL if args.bigtable else 0),
         rate=args.rate,
         suite=args.suite,
         profile=args.profile,
         shards=args.shards,
+        pin=args.pin,
+        bigtable=args.bigtable,
     )
     results = run_blast(config, console)
     print_results(console, results, "lockbench blast")
@@ -266,6 +311,7 @@ def _cmd_sitting(args: argparse.Namespace, console: Console) -> int:
     unknown = sorted(set(parts) - set(PARTS_ALL))
     if unknown:
         raise ValueError(f"unknown --parts {', '.join(unknown)} (known: {', '.join(PARTS_ALL)})")
+    layouts = _layouts(args.layouts, console)
     run_sitting(
         Sitting(
             Path(args.out),
@@ -276,10 +322,32 @@ def _cmd_sitting(args: argparse.Namespace, console: Console) -> int:
             repeats=args.repeats,
             blast_repeats=args.blast_repeats,
             shards=args.shards,
+            layouts=layouts,
         ),
         console,
     )
     return 0
+
+
+def _layouts(text: str | None, console: Console) -> tuple[str, ...]:
+    """The sitting's layouts: those asked for (pinned refused on 1 CPU), or by default both
+    (pinned left out, with a note, on 1 CPU)."""
+    if text is None:
+        try:
+            pin_plan()
+        except LayoutError as exc:
+            console.print(f"[yellow]the pinned layout is left out: {exc}")
+            return tuple(x for x in LAYOUTS if x != PINNED)
+        return LAYOUTS
+    layouts = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    unknown = sorted(set(layouts) - set(LAYOUTS))
+    if unknown or not layouts:
+        raise ValueError(
+            f"unknown --layouts {', '.join(unknown) or '(none)'} (known: {', '.join(LAYOUTS)})"
+        )
+    if PINNED in layouts:
+        pin_plan()
+    return layouts
 
 
 def _cmd_compare(args: argparse.Namespace, console: Console) -> int:

@@ -3,7 +3,9 @@
 Why: a benchmark you cannot watch hides stalls and warm-up effects; a summary you cannot read at
 a glance gets misquoted. The progress bar shows the window's elapsed time and the *current* ops/s
 (from the sampler's last tick); the table shows ops/s, the acquire success ratio, latency
-percentiles (HDR, µs), server CPU per 1k ops and errors — the same figures the JSON file holds.
+percentiles (HDR, µs), server CPU per 1k ops and errors — the same figures the JSON file holds;
+each row's label ends with its layout (pinned, unpinned: :mod:`._layout`), and a blast's notes
+give the largest gap between consecutive replies.
 """
 
 from __future__ import annotations
@@ -143,5 +145,13 @@ def print_results(console: Console, results: Sequence[Result], title: str = "loc
         for key in ("bytes_per_entry", "prefill_entries"):
             if key in r.extra:
                 notes.append(f"{key.replace('_', ' ')} {r.extra[key]:,.0f}")
+        if "reply_gap_max_us" in r.extra:
+            notes.append(
+                f"largest gap between replies {r.extra['reply_gap_max_us'] / 1000:,.1f} ms, "
+                f"{r.extra.get('reply_gap_at_s', 0):.2f} s into the window"
+            )
+        held, after = r.extra.get("entries_held"), r.extra.get("entries_held_after")
+        if isinstance(held, int) and isinstance(after, int):
+            notes.append(f"entries held {held:,} -> {after:,}")
         if notes:
             console.print(f"  {r.label}: " + ", ".join(notes))

@@ -6,6 +6,10 @@ shape. A file is a :class:`ResultDocument`: the schema tag, when, the machine, a
 :class:`Result` records (a ``run`` writes one; a blast suite writes one per phase). Reading
 validates every key and type and names the first one at fault.
 
+Layouts: ``params.layout`` says where the server and the load ran (``pinned``, ``unpinned``,
+``partial`` or ``unknown``, as :mod:`._layout` observed them) and ``extra.cpus`` which CPUs
+each had; results written before layouts existed have neither.
+
 Units: seconds (``*_s``), microseconds (``latency_us``), bytes (``*_bytes``). Throughput counts
 *ops* (workload cycles: one acquire+release pair, one ping...) and *requests* (transactions or
 commands on the wire).
@@ -81,7 +85,8 @@ class Result:
 
     @property
     def label(self) -> str:
-        """A short human label: backend, name and the shape of the load."""
+        """A short human label: backend, name, the shape of the load and its layout
+        (``pinned``, ``unpinned``...: see :mod:`._layout`)."""
         p = self.params
         shape = f"c{p.get('connections', '?')}"
         if p.get("concurrency") not in (None, p.get("connections")):
@@ -92,7 +97,8 @@ class Result:
             shape += f"/P{p['processes']}"
         if p.get("servers", 1) != 1:
             shape += f"/S{p['servers']}"
-        return f"{self.backend} {self.name} {self.client} {shape}"
+        layout = f" {p['layout']}" if "layout" in p else ""  # results before layouts: none
+        return f"{self.backend} {self.name} {self.client} {shape}{layout}"
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready data (with the derived success ratio)."""

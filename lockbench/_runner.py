@@ -9,6 +9,10 @@ Bounds: every run stops at ``duration`` seconds after its warm-up OR after ``cou
 whichever comes first (defaults 10 s and 10,000,000); workers that overrun their deadline by
 more than a grace period are cancelled. Targets are loopback-only (:mod:`._targets`).
 
+Layouts (:mod:`._layout`): with ``pin`` the spawned server is bound to one CPU and this
+process's threads (so the workers, the sampler) to the others for the run; every result
+names the layout it observed (``params.layout``, ``extra.cpus``).
+
 With ``--processes 1`` (the default) the worker runs in this process; otherwise each child
 process (``multiprocessing`` "spawn" context: no fork of a process with threads) runs its share
 and reports its counters to a shared array (progress) and its final figures through a queue.
@@ -28,6 +32,7 @@ from typing import Any
 import attrs
 
 from ._hdr import LatencyHistogram
+from ._layout import CpuPlan, load_on, observe, pin_plan
 from ._profile import profile_report, profiled
 from ._results import Result
 from ._sampler import Sample, Sampler, ServerProbe
@@ -46,8 +51,12 @@ __all__ = [
     "RunConfig",
     "open_target",
     "open_servers",
+    "check_pin",
+    "laid_out",
+    "layout_params",
     "run",
     "split",
+    "WorkerFn",
 ]
 
 DEFAULT_DURATION = 10.0
@@ -75,6 +84,7 @@ class RunConfig:
     client: str = "auto"  # "auto", "sync" or "async"
     interval: float = 0.5
     profile: str | None = None  # path prefix: py-spy the server while the load runs
+    pin: bool = False  # the pinned layout: the spawned server on one CPU, the load on the rest
 
     @property
     def tasks(self) -> int:
@@ -132,6 +142,8 @@ class RunConfig:
                 "the sync client runs one task on one connection per process: "
                 "use --concurrency = --connections = --processes, or --client async"
             )
+        if self.pin:
+            check_pin(self.spawn)
         spec = WORKLOADS[self.workload]
         keys = spec.default_keys if self.params.keys is None else self.params.keys
         if keys < spec.min_keys:
@@ -158,6 +170,32 @@ class RunConfig:
         }
 
 
+def check_pin(spawn: bool) -> CpuPlan:
+    """The pinned layout's CPUs; ValueError without ``spawn`` or with one CPU."""
+    if not spawn:
+        raise ValueError(
+            "--pin binds the server lockbench starts: add --spawn (for a running server, bind "
+            "it and lockbench yourself, e.g. with taskset: the result records what it finds)"
+        )
+    return pin_plan()
+
+
+@contextlib.contextmanager
+def laid_out(
+    plan: CpuPlan | None, servers: Sequence[ServerProcess | None]
+) -> Iterator[dict[str, Any]]:
+    """Inside: this process on the plan's load CPUs (nothing bound without a plan); yields
+    the layout observed with ``servers`` up (:func:`._layout.observe`)."""
+    with load_on(None if plan is None else plan.load):
+        yield observe([None if s is None else s.pid for s in servers])
+
+
+def layout_params(layout: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(params, extra) entries of a result that name its layout."""
+    cpus = {"server": layout["server_cpus"], "load": layout["load_cpus"]}
+    return {"layout": layout["layout"]}, {"cpus": cpus}
+
+
 def split(total: int, parts: int) -> list[int]:
     """``total`` spread over ``parts`` as evenly as possible (larger shares first)."""
     base, extra = divmod(total, parts)
@@ -165,10 +203,17 @@ def split(total: int, parts: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def open_target(target: Target, spawn: bool) -> Iterator[tuple[Target, ServerProcess | None]]:
-    """The concrete target and its server process (spawned, or found by port, or None)."""
+def open_target(
+    target: Target,
+    spawn: bool,
+    *,
+    args: Sequence[str] = (),
+    cpus: frozenset[int] | None = None,
+) -> Iterator[tuple[Target, ServerProcess | None]]:
+    """The concrete target and its server process (spawned, or found by port, or None). A
+    spawned server gets the extra options ``args`` and is bound to ``cpus`` (None: not)."""
     if spawn:
-        with spawned(target.backend, host=target.host) as server:
+        with spawned(target.backend, host=target.host, args=args, cpus=cpus) as server:
             yield target.with_address(server.host, server.port), server
         return
     assert target.port is not None
@@ -178,13 +223,19 @@ def open_target(target: Target, spawn: bool) -> Iterator[tuple[Target, ServerPro
 
 @contextlib.contextmanager
 def open_servers(
-    target: Target, spawn: bool, shards: int = 1
+    target: Target,
+    spawn: bool,
+    shards: int = 1,
+    *,
+    args: Sequence[str] = (),
+    cpus: frozenset[int] | None = None,
 ) -> Iterator[tuple[Target, tuple[ServerProcess | None, ...]]]:
     """Like :func:`open_target`, for a target of one server or several: the concrete target
     and one ServerProcess per server (with ``spawn``, ``shards`` lockserver shards are started
-    by ``lockserver --processes SHARDS``)."""
+    by ``lockserver --processes SHARDS``; ``cpus`` binds one spawned server only)."""
     if spawn and shards > 1:
-        with spawned_shards(shards) as servers:
+        assert cpus is None, "one CPU for several shards: refused by the callers"
+        with spawned_shards(shards, args) as servers:
             yield target.with_addresses([(s.host, s.port) for s in servers]), servers
         return
     if not spawn and target.others:
@@ -194,7 +245,7 @@ def open_servers(
         )
         yield target, found
         return
-    with open_target(target, spawn) as (concrete, server):
+    with open_target(target, spawn, args=args, cpus=cpus) as (concrete, server):
         yield concrete, (server,)
 
 
@@ -403,7 +454,14 @@ def run(
     live display); ``measure_at`` is None until the gate opens.
     """
     config.validate()
-    with open_target(config.target, config.spawn) as (target, server):
+    plan = check_pin(config.spawn) if config.pin else None
+    with (
+        open_target(config.target, config.spawn, cpus=None if plan is None else plan.server) as (
+            target,
+            server,
+        ),
+        laid_out(plan, [server]) as layout,
+    ):
         assert target.port is not None
         probe = ServerProbe(target.backend, target.host, target.port, server)
         profile: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
@@ -423,7 +481,7 @@ def run(
                     probe=probe,
                     on_sample=on_sample,
                 )
-            result = _assemble(config, target, probe, ex)
+            result = _assemble(config, target, probe, ex, layout)
         finally:
             probe.close()
         if config.profile is not None:
@@ -495,8 +553,11 @@ def window_figures(ex: Execution) -> dict[str, Any]:
     }
 
 
-def _assemble(config: RunConfig, target: Target, probe: ServerProbe, ex: Execution) -> Result:
+def _assemble(
+    config: RunConfig, target: Target, probe: ServerProbe, ex: Execution, layout: dict[str, Any]
+) -> Result:
     w = window_figures(ex)
+    in_params, in_extra = layout_params(layout)
     elapsed, hist, ops, requests, cpu_s = (
         w["elapsed"],
         w["hist"],
@@ -504,7 +565,11 @@ def _assemble(config: RunConfig, target: Target, probe: ServerProbe, ex: Executi
         w["requests"],
         w["cpu_s"],
     )
-    extra: dict[str, Any] = {"workload": WORKLOADS[config.workload].summary, **w["cpu_use"]}
+    extra: dict[str, Any] = {
+        "workload": WORKLOADS[config.workload].summary,
+        **in_extra,
+        **w["cpu_use"],
+    }
     if w["trusts"]:
         extra["trust_min"] = min(w["trusts"])
         extra["trust_last"] = w["trusts"][-1]
@@ -518,7 +583,7 @@ def _assemble(config: RunConfig, target: Target, probe: ServerProbe, ex: Executi
         target=target.url,
         spawned=config.spawn,
         client=config.client_kind,
-        params=config.as_params(),
+        params={**config.as_params(), **in_params},
         elapsed_s=round(elapsed, 6),
         ops=ops,
         requests=requests,

@@ -14,6 +14,11 @@ tail is shown if the server fails to start.
 supervisor, see docs/configuration.md) and reads its N listening lines the same way; stopping
 the supervisor stops every shard.
 
+``args`` are extra options of the spawned server (the bigtable phase raises the per-session
+entry limit: ``--max-entries-per-session``). ``cpus`` binds it to those CPUs from its first
+instruction (the ``pinned`` layout, :mod:`._layout`): it is started from a thread bound to
+them, whose mask the child inherits, so no ``taskset`` is needed.
+
 redis-server: ``--port 0`` means "no TCP listener" to Redis, so we pick a free port ourselves
 (bind port 0, read it back, close; the tiny race is acceptable on a private machine) and start it
 with persistence off (``--save '' --appendonly no``), bound to 127.0.0.1 only.
@@ -31,13 +36,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
 import attrs
 import psutil  # type: ignore[import-untyped, unused-ignore]
 
+from ._layout import thread_on
 from ._targets import Backend
 
 __all__ = [
@@ -112,13 +118,20 @@ def find_pid_by_port(port: int) -> int | None:
 
 
 @contextlib.contextmanager
-def spawned(backend: Backend, *, host: str = "127.0.0.1") -> Iterator[ServerProcess]:
-    """Start a private server of ``backend`` on a free loopback port; stop it on exit."""
+def spawned(
+    backend: Backend,
+    *,
+    host: str = "127.0.0.1",
+    args: Sequence[str] = (),
+    cpus: frozenset[int] | None = None,
+) -> Iterator[ServerProcess]:
+    """Start a private server of ``backend`` on a free loopback port, with the extra options
+    ``args`` and bound to ``cpus`` (None: not bound); stop it on exit."""
     with tempfile.TemporaryFile(prefix=f"lockbench-{backend}-", suffix=".log") as log:
         if backend is Backend.LOCKSERVER:
-            proc, [(bound_host, port)] = _start_lockserver(log)
+            proc, [(bound_host, port)] = _start_lockserver(log, args=args, cpus=cpus)
         else:
-            proc, bound_host, port = _start_redis(host, log)
+            proc, bound_host, port = _start_redis(host, log, args, cpus)
         try:
             yield ServerProcess(bound_host, port, proc.pid, spawned=True)
         finally:
@@ -126,11 +139,11 @@ def spawned(backend: Backend, *, host: str = "127.0.0.1") -> Iterator[ServerProc
 
 
 @contextlib.contextmanager
-def spawned_shards(shards: int) -> Iterator[tuple[ServerProcess, ...]]:
+def spawned_shards(shards: int, args: Sequence[str] = ()) -> Iterator[tuple[ServerProcess, ...]]:
     """Start ``lockserver --processes SHARDS --port 0`` (each shard on a free loopback port),
     one ServerProcess per shard in shard order (pids found by port); stop them all on exit."""
     with tempfile.TemporaryFile(prefix="lockbench-shards-", suffix=".log") as log:
-        proc, addresses = _start_lockserver(log, shards)
+        proc, addresses = _start_lockserver(log, shards, args)
         try:
             yield tuple(
                 ServerProcess(host, port, find_pid_by_port(port), spawned=True)
@@ -155,15 +168,19 @@ def _tail(log: IO[bytes], limit: int = 2000) -> str:
 
 
 def _start_lockserver(
-    log: IO[bytes], shards: int = 1
+    log: IO[bytes],
+    shards: int = 1,
+    args: Sequence[str] = (),
+    cpus: frozenset[int] | None = None,
 ) -> tuple[subprocess.Popen[bytes], list[tuple[str, int]]]:
     # -P: PACKAGES_ROOT (on PYTHONPATH), not a checkout in the working directory, is the code.
-    cmd = [sys.executable, "-P", "-m", "lockserver", "--port", "0"]
+    cmd = [sys.executable, "-P", "-m", "lockserver", "--port", "0", *args]
     if shards > 1:
         cmd += ["--processes", str(shards)]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=_env()
-    )
+    with thread_on(cpus):
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=_env()
+        )
     assert proc.stdout is not None
     lines: list[str] = []
     listening: list[re.Match[str]] = []
@@ -197,7 +214,9 @@ def _start_lockserver(
     return proc, addresses
 
 
-def _start_redis(host: str, log: IO[bytes]) -> tuple[subprocess.Popen[bytes], str, int]:
+def _start_redis(
+    host: str, log: IO[bytes], args: Sequence[str] = (), cpus: frozenset[int] | None = None
+) -> tuple[subprocess.Popen[bytes], str, int]:
     exe = redis_server_path()
     if exe is None:
         raise SpawnError("redis-server not installed: apt-get install redis-server")
@@ -216,8 +235,10 @@ def _start_redis(host: str, log: IO[bytes]) -> tuple[subprocess.Popen[bytes], st
         "no",
         "--loglevel",
         "warning",
+        *args,
     ]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    with thread_on(cpus):
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -91,6 +91,14 @@ class WorkerReport:
     finished_at: float
     extra_histogram: str = ""  # a second latency histogram, when the worker keeps one
     per_server: tuple[int, ...] = ()  # blast over several servers: replies from each
+    # The blasters: the longest time in the window without any reply (0: fewer than two
+    # replies) and when it began, in seconds from the window's start.
+    reply_gap_ns: int = 0
+    reply_gap_at: float = 0.0
+    # The bigtable blaster: acquires that succeeded over the whole run (warm-up included),
+    # and requests still unanswered when it stopped.
+    acquired_total: int = 0
+    unanswered: int = 0
 
 
 class Recorder:

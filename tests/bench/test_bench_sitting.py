@@ -7,8 +7,8 @@ from typing import Any
 
 import attrs
 
-from lockbench._results import ResultDocument, write_document
-from lockbench._sitting import E2E_SHAPES, write_summary
+from lockbench._results import ResultDocument, read_document, write_document
+from lockbench._summary import E2E_SHAPES, write_summary
 
 from .test_bench_results import make_result
 
@@ -72,6 +72,10 @@ def test_summary_judges_the_targets(tmp_path: Path) -> None:
         "Blast: 1 connection strict request/response >= 14,000 tx/s, p99 <= 150 µs": "**met**",
         "Blast: p99 <= 1 ms at half of capacity, 64 connections": "**not met**",
         "Memory <= 400 bytes per held entry at 1,000,000": "**met**",
+        # issue 19: 50 µs/tx in both phases, 300 bytes per entry
+        "Blast: server CPU <= 13 µs/tx, 64 unpipelined connections (issue 19)": "**not met**",
+        "Blast: server CPU <= 7 µs/tx, 1 pipelined connection (issue 19)": "**not met**",
+        "Memory <= 200 bytes per held entry at 1,000,000 (issue 19)": "**not met**",
     }
     assert "1.10x (0.90 to 1.20, n=3); medians 1,100 vs 1,000 pairs/s" in text
     assert "2.00x; medians 2,000 vs 1,000 pairs/s | **met**" in text
@@ -200,3 +204,140 @@ def test_shards_rows_sit_next_to_one_server(tmp_path: Path) -> None:
     text = (tmp_path / "summary.md").read_text()
     verdict = next(line for line in text.splitlines() if line.startswith("| Blast: 2 shards"))
     assert verdict.endswith("| 1.42x: 170,000 vs 120,000 tx/s | **not met** |")
+
+
+def _laid(r: Any, layout: str, **extra: Any) -> Any:
+    cpus = {"server": [0], "load": [1]} if layout == "pinned" else {"server": [0, 1]}
+    cpus.setdefault("load", [0, 1])
+    return attrs.evolve(
+        r,
+        params={**r.params, "layout": layout},
+        extra={**r.extra, "cpus": cpus, **extra},
+    )
+
+
+def _big(layout: str, tx: float, worst_us: float, gap_us: float, rep: int) -> Any:
+    r = _blast("bigtable", tx, 900, 280.0)
+    r = attrs.evolve(
+        r,
+        latency_us={**r.latency_us, "max": worst_us},
+        params={**r.params, "prefill": 1_000_000, "connections": 64, "bigtable": True},
+    )
+    return _laid(
+        r,
+        layout,
+        repeat=rep,
+        reply_gap_max_us=gap_us,
+        reply_gap_at_s=2.6,
+        prefill_sessions=16,
+        prefill_batch=250,
+        entries_held=1_000_000,
+        entries_held_after=1_400_000,
+        phase="1,000,000 held in one table",
+    )
+
+
+def test_both_layouts_side_by_side(tmp_path: Path) -> None:
+    """Results of two layouts: one side-by-side table (each shape's median run in each
+    layout), then each layout's own tables and targets; the bigtable section per layout,
+    and issue 19's stall verdict judged on the worst run of each layout."""
+    e2e = []
+    for layout, ours in (("pinned", 900.0), ("unpinned", 1200.0)):
+        e2e.append(_laid(_e2e("lockserver", "sync-1conn", ours), layout))
+        e2e.append(_laid(_e2e("redis", "sync-1conn", 1000.0), layout))
+    write_document(tmp_path / "e2e.json", ResultDocument(tuple(e2e)))
+    blast = (
+        _laid(_blast("capacity-64conn", 38_000, 2000, 300.0), "pinned"),
+        _laid(_blast("capacity-64conn", 50_000, 1900, 300.0), "unpinned"),
+    )
+    write_document(tmp_path / "blast-lockserver.json", ResultDocument(blast))
+    big = (
+        _big("pinned", 30_000, 3_100.0, 2_900.0, 0),
+        _big("unpinned", 40_000, 2_000.0, 1_500.0, 0),
+        _big("unpinned", 41_000, 2_200.0, 1_700.0, 1),
+        _big("pinned", 31_000, 46_000.0, 45_500.0, 1),  # one stall: the pinned verdict
+        _big("pinned", 29_000, 2_500.0, 2_400.0, 2),
+        _big("unpinned", 39_000, 4_900.0, 4_000.0, 2),
+    )
+    write_document(tmp_path / "bigtable-lockserver.json", ResultDocument(big))
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    assert "**pinned** (server on CPU 0, load on CPU 1); **unpinned** (server on CPU 0,1" in text
+    assert "## Both layouts side by side" in text
+    assert (
+        "| shape | server | ops/s pinned | ops/s unpinned | p99 µs pinned | p99 µs unpinned |"
+        " max µs pinned | max µs unpinned | server CPU µs/op pinned | server CPU µs/op unpinned |"
+    ) in text
+    rows = {
+        " | ".join(line.split(" | ")[:2]): line
+        for line in text.splitlines()
+        if line.count(" | ") >= 2
+    }
+    assert "| 38,000 | 50,000 | 2,000 | 1,900 |" in rows["| blast capacity-64conn | lockserver"]
+    # The bigtable row: each layout's median run by tx/s (30,000 pinned, 40,000 unpinned).
+    assert (
+        "| 30,000 | 40,000 | 900 | 900 | 3,100 | 2,000 |" in rows["| blast bigtable | lockserver"]
+    )
+    assert (
+        "| 900 | 1,200 |" in rows["| end to end: one sync connection (sync clients) | lockserver"]
+    )
+    for layout in ("pinned", "unpinned"):
+        assert f"## End to end (Python client + server), mutex-uncontended, {layout}" in text
+        assert f"## Blast (lockserver), {layout}: server capacity" in text
+        assert f"## Big table (issue 19's stall shape), {layout}" in text
+        assert f"## The issues' targets, {layout}" in text
+    verdicts = [line for line in text.splitlines() if line.startswith("| Big table: worst latency")]
+    assert len(verdicts) == 2
+    pinned, unpinned = verdicts  # the pinned layout's tables come first
+    assert pinned.endswith("| **not met** |") and "worst 46.0 ms over 3 run(s)" in pinned
+    assert "max 46.0 ms, gap 45.5 ms" in pinned
+    assert unpinned.endswith("| **met** |") and "worst 4.9 ms over 3 run(s)" in unpinned
+    bigrows = [line for line in text.splitlines() if line.startswith("| 30,000 |")]
+    assert len(bigrows) == 1
+    assert "| 2.9 ms (2.6) |" in bigrows[0] and "| 1,000,000 -> 1,400,000 |" in bigrows[0]
+    assert (tmp_path / "blast.png").exists()
+
+
+def test_results_from_before_layouts_count_as_unpinned(tmp_path: Path) -> None:
+    """Files written before layouts were recorded: their results are unpinned (the sitting
+    never pinned then) and sit in the unpinned column next to new ones."""
+    old = _blast("capacity-64conn", 48_000, 2000, 300.0)
+    new = _laid(_blast("capacity-64conn", 37_000, 2000, 300.0), "pinned")
+    write_document(tmp_path / "blast-lockserver.json", ResultDocument((old, new)))
+    write_summary(tmp_path)
+    text = (tmp_path / "summary.md").read_text()
+    row = next(t for t in text.splitlines() if t.startswith("| blast capacity-64conn |"))
+    assert "| 37,000 | 48,000 |" in row
+
+
+def test_a_small_sitting_runs_the_bigtable_in_each_layout(tmp_path: Path) -> None:
+    """`lockbench sitting --parts bigtable` scaled down (500 entries, 0.5 s windows, one
+    run per layout): one result per layout in bigtable-lockserver.json, and the summary
+    has them side by side (pinned only where the machine has 2 CPUs)."""
+    import io
+    import os
+
+    from rich.console import Console
+
+    from lockbench._sitting import Sitting, run_sitting
+
+    layouts = ("pinned", "unpinned") if len(os.sched_getaffinity(0)) > 1 else ("unpinned",)
+    sitting = Sitting(
+        tmp_path,
+        duration=0.5,
+        warmup=0.0,
+        prefill=500,
+        parts=("bigtable",),
+        blast_repeats=1,
+        layouts=layouts,
+    )
+    run_sitting(sitting, Console(file=io.StringIO(), width=200))
+    doc = read_document(tmp_path / "bigtable-lockserver.json")
+    assert [r.params["layout"] for r in doc.results] == list(layouts)
+    assert all(r.name == "bigtable" and r.errors == 0 and r.acquired > 0 for r in doc.results)
+    text = (tmp_path / "summary.md").read_text()
+    for layout in layouts:
+        assert f"## Big table (issue 19's stall shape), {layout}" in text
+    if len(layouts) == 2:
+        assert "## Both layouts side by side" in text
+        assert any(line.startswith("| blast bigtable | lockserver |") for line in text.splitlines())
