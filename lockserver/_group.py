@@ -252,7 +252,20 @@ class GroupState:
             owners[owner] = None  # type: ignore[index]
             msg: Any = request_from_wire(op[3], _LOG_LIMITS)
             assert type(msg) is Execute
-            return core.execute(
+            sid = msg.session.session_id
+            out: list[Output] = []
+            if core.waits.parked_count(sid):
+                # A session's parked requests follow the session: used through this replica
+                # now, its requests parked through another replica are answered (their
+                # connection most likely died with that replica, before its lease lapsed;
+                # granted later, they would hold a lock nobody knows of).
+                out = core.drop_waits(
+                    sid,
+                    lambda o: o[0] == replica,
+                    now=now,
+                    trust=trust,  # type: ignore[index]
+                )
+            return out + core.execute(
                 owner, msg.request_id, msg.session, msg.transaction, msg.wait, now, trust, op[2]
             )
         if kind == "t":

@@ -36,7 +36,7 @@ import logging
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
-from client._errors import ClientClosed, LockClientError, ServerError
+from client._errors import ClientClosed, ConnectionLost, LockClientError, ServerError
 from client._result import Result
 from protocol import Statement
 
@@ -204,7 +204,14 @@ def release(lock: LockCore[Any]) -> Op[bool]:
     statements = lock._start_release()
     if statements is None:
         return False
-    result: Result = yield Execute(statements)
+    try:
+        result: Result = yield Execute(statements)
+    except ConnectionLost:
+        # Its outcome is unknown (the connection, or a group's replica, died with the
+        # release in flight). A release removes only this grant's entries, so sending it
+        # again is safe, and needed: a session that lives on (a replicated group) would
+        # otherwise keep the lock that its owner believes released.
+        result = yield Execute(statements)
     return lock._release_done(result)
 
 

@@ -53,7 +53,7 @@ one list, one membership test for the session's routing.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Final
 
 import attrs
@@ -422,6 +422,32 @@ class LockCore:
         if last is None:
             return [((owner, request_id), _NOT_CANCELLED)]
         out: list[Output] = [((owner, target), last), ((owner, request_id), _CANCELLED)]
+        out += self.waits.process(now=now, trust=trust)  # type: ignore[arg-type]
+        self._route_lost(out)
+        if self.engine.feed_log:
+            out += self._publish()
+        return out
+
+    def drop_waits(
+        self,
+        session_id: str,
+        keep: Callable[[Hashable], bool],
+        *,
+        now: float,
+        trust: float,
+    ) -> list[Output]:
+        """Answer at once, with their last failure, the parked requests of ``session_id``
+        whose owner ``keep`` rejects (a replicated group: parked through a replica the
+        session is no longer used through); then waiters that gave way to them run."""
+        out: list[Output] = []
+        for owner, token in self.waits.owners_of_session(session_id):
+            if keep(owner):
+                continue
+            last = self.waits.cancel(token)
+            if last is not None:
+                out.append((token, last))  # type: ignore[arg-type]
+        if not out:
+            return out
         out += self.waits.process(now=now, trust=trust)  # type: ignore[arg-type]
         self._route_lost(out)
         if self.engine.feed_log:

@@ -608,6 +608,10 @@ class WaitQueue:
         self._cancelled_total += len(ws)
         return len(ws)
 
+    def owners_of_session(self, session_id: str) -> list[tuple[Hashable, Hashable]]:
+        """(owner, token) of every parked request of a session, oldest first."""
+        return [(w.owner, w.token) for w in self._by_session.get(session_id, {}).values()]
+
     def waiting_on(self, key: Key) -> Iterable[Hashable]:
         """Tokens of the waiters of one variable, oldest first (for tests and statistics)."""
         return [w.token for _, w in sorted(self._by_key.get(key, {}).items())]
