@@ -750,6 +750,7 @@ class LockClient:
                 remaining = deadline - monotonic()
                 if remaining <= 0:
                     self._abandon(conn, rid, batch)
+                    self._give_up_on(conn)
                     raise self._timeout(rid, batch)
                 cond.wait(remaining)
         try:
@@ -757,8 +758,18 @@ class LockClient:
         finally:
             self._leave_reader(conn)
         if out is None:
+            self._give_up_on(conn)
             raise self._timeout(rid, batch)
         return out
+
+    def _give_up_on(self, conn: _Connection) -> None:
+        """A call timed out. Connected to a replica of a group, stop using that replica: it
+        may be paused or cut off, and a group's session lives on elsewhere, so the next call
+        (a recipe's cleanup, a keepalive) goes to another member instead of waiting on the
+        same one. A single server keeps its connection (a late reply is dropped)."""
+        members = self._core.members
+        if members is not None and len(members.members) > 1:
+            self._break(conn, "no reply within the timeout: trying another replica")
 
     @staticmethod
     def _abandon(conn: _Connection, rid: int, batch: Batch[int] | None) -> None:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import io
 import pickle
+from collections.abc import Callable, Hashable
 from typing import Any, Final
 
 import attrs
@@ -259,12 +260,7 @@ class GroupState:
                 # now, its requests parked through another replica are answered (their
                 # connection most likely died with that replica, before its lease lapsed;
                 # granted later, they would hold a lock nobody knows of).
-                out = core.drop_waits(
-                    sid,
-                    lambda o: o[0] == replica,
-                    now=now,
-                    trust=trust,  # type: ignore[index]
-                )
+                out = core.drop_waits(sid, _of_replica(replica), now=now, trust=trust)
             return out + core.execute(
                 owner, msg.request_id, msg.session, msg.transaction, msg.wait, now, trust, op[2]
             )
@@ -371,6 +367,15 @@ def _by_value(obj: Any, path: set[int]) -> Any:
         return (type(obj).__module__, type(obj).__qualname__, tuple(parts))
     finally:
         path.discard(id(obj))
+
+
+def _of_replica(replica: str) -> Callable[[Hashable], bool]:
+    """Whether an owner (a connection's name) is one of ``replica``'s."""
+
+    def mine(owner: Any) -> bool:
+        return bool(owner[0] == replica)
+
+    return mine
 
 
 _ALLOWED_BUILTINS: Final = frozenset(

@@ -36,7 +36,13 @@ import logging
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
-from client._errors import ClientClosed, ConnectionLost, LockClientError, ServerError
+from client._errors import (
+    ClientClosed,
+    ClientTimeout,
+    ConnectionLost,
+    LockClientError,
+    ServerError,
+)
 from client._result import Result
 from protocol import Statement
 
@@ -206,9 +212,9 @@ def release(lock: LockCore[Any]) -> Op[bool]:
         return False
     try:
         result: Result = yield Execute(statements)
-    except ConnectionLost:
-        # Its outcome is unknown (the connection, or a group's replica, died with the
-        # release in flight). A release removes only this grant's entries, so sending it
+    except (ConnectionLost, ClientTimeout):
+        # Its outcome is unknown (the connection, or a group's replica, died or stalled with
+        # the release in flight). A release removes only this grant's entries, so sending it
         # again is safe, and needed: a session that lives on (a replicated group) would
         # otherwise keep the lock that its owner believes released.
         result = yield Execute(statements)
