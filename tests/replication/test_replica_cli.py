@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
-from lockbench.etcd import free_ports
+import pytest
+
+from lockbench.etcd import ETCD, SKIP_REASON, free_ports
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -42,3 +45,25 @@ def test_bad_replicate_value_is_a_usage_error() -> None:
     done = run("--replicate", "http://127.0.0.1:2379")
     assert done.returncode == 2
     assert "replicate: must look like etcd://HOST:PORT" in done.stderr
+
+
+def test_the_replicated_group_demo_runs() -> None:
+    """examples/replicated_group.py: etcd and three replicas start, a lock survives the kill
+    of its holder's replica, and the next grant's fence is larger."""
+    if ETCD is None:
+        pytest.skip(SKIP_REASON)
+    done = subprocess.run(
+        [sys.executable, "examples/replicated_group.py", "--once"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "another client, through another replica: refused" in done.stdout
+    assert "still held: the other client is refused" in done.stdout
+    assert "(failed over; no lock lost)" in done.stdout
+    line = next(x for x in done.stdout.splitlines() if x.startswith("the other client takes"))
+    later, earlier = (int(x) for x in line.split("fence ")[1].split(" > "))
+    assert later > earlier
