@@ -492,3 +492,32 @@ def test_request_ids_are_per_owner_while_waiting() -> None:
     assert refusal(payload).code is ErrorCode.DUPLICATE_REQUEST_ID
     assert d.execute("C", 2, "sC", acquire(), now=START, wait=60) == []
     assert d.waiting() == [("B", 2), ("C", 2)]
+
+
+# --- a session's parked requests dropped by owner (replicated groups) -----------------------
+
+
+def test_drop_waits_answers_the_rejected_owners_and_keeps_the_others() -> None:
+    """``drop_waits`` answers, with their last failure, the parked requests of a session whose
+    owner ``keep`` rejects, and keeps the session's other parked requests and the other
+    sessions' waiters parked; a session without parked requests gives nothing."""
+    d = Door()
+    d.execute(("r1", 1), 1, "holder", acquire("k"), now=START)
+    d.execute(("r1", 1), 2, "holder", acquire("j"), now=START)
+    assert d.execute(("r1", 2), 3, "s", acquire("k", ticket="s"), now=START, wait=30.0) == []
+    assert d.execute(("r2", 1), 4, "s", acquire("j", ticket="s"), now=START, wait=30.0) == []
+    assert d.execute(("r3", 1), 5, "o", acquire("k", ticket="o"), now=START, wait=30.0) == []
+    outs = d.core.drop_waits(
+        "s",
+        lambda owner: owner[0] == "r2",
+        now=START + 1,
+        trust=1.0,  # type: ignore[index]
+    )
+    assert addresses(outs) == [(("r1", 2), 3)]
+    assert result(outs[0][1]).failed_statement == "0:/AssertOp/"
+    assert d.core.waits.owners_of_session("s") == [(("r2", 1), (("r2", 1), 4))]
+    assert d.core.waits.parked_count("o") == 1
+    # the holder releases k: the waiter that was behind the dropped one gets it
+    outs = d.execute(("r1", 1), 6, "holder", release("k"), now=START + 2)
+    assert (("r3", 1), 5) in addresses(outs)
+    assert d.core.drop_waits("nobody", lambda o: False, now=START + 3, trust=1.0) == []
