@@ -75,11 +75,7 @@ class EtcdMember:
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of its log (all runs of it), for a failure message."""
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
 
 class EtcdCluster:
@@ -307,6 +303,15 @@ class EtcdCluster:
                 except (OSError, ValueError, KeyError):
                     continue
         raise RuntimeError("no running etcd member names a running leader")
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log file, for a failure message ("(no log)" if none)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def free_ports(count: int) -> list[int]:

@@ -23,16 +23,12 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+from .etcd import free_ports, log_tail
+
 __all__ = ["START_TIMEOUT", "Contention", "ReplicaGroup", "ReplicaProcess"]
 
 #: Seconds a replica may take to join its group and listen.
 START_TIMEOUT: Final = 20.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ReplicaProcess:
@@ -51,11 +47,7 @@ class ReplicaProcess:
         return f"127.0.0.1:{self.port}"
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
 
 class ReplicaGroup:
@@ -81,7 +73,7 @@ class ReplicaGroup:
         self.extra = extra
         self.max_session_age = max_session_age
         directory.mkdir(parents=True, exist_ok=True)
-        self.replicas = [ReplicaProcess(i, _free_port(), directory) for i in range(n)]
+        self.replicas = [ReplicaProcess(i, port, directory) for i, port in enumerate(free_ports(n))]
         atexit.register(self.terminate)
 
     def __enter__(self) -> ReplicaGroup:
