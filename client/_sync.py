@@ -738,6 +738,7 @@ class LockClient:
         self, conn: _Connection, rid: int, deadline: float, batch: Batch[int] | None = None
     ) -> _Resolution:
         cond = self._cond
+        timed_out = False
         with cond:
             while True:
                 out = conn.done.pop(rid, None)
@@ -750,9 +751,12 @@ class LockClient:
                 remaining = deadline - monotonic()
                 if remaining <= 0:
                     self._abandon(conn, rid, batch)
-                    self._give_up_on(conn)
-                    raise self._timeout(rid, batch)
+                    timed_out = True
+                    break
                 cond.wait(remaining)
+        if timed_out:  # outside the condition's lock: giving up takes it
+            self._give_up_on(conn)
+            raise self._timeout(rid, batch)
         try:
             out = self._read(conn, rid, deadline, batch)
         finally:

@@ -193,9 +193,9 @@ class Replica:
             task_status.started()
 
     async def _register(self) -> None:
+        self._unregistered()
         self.rid = secrets.token_hex(6)
         self.batch = 0
-        self.registered = trio.Event()
         lease, _ = await self.etcd.lease_grant(self.settings.lease_ttl)
         self.lease = lease
         _, revision = await self.etcd.put_if_absent(
@@ -244,12 +244,21 @@ class Replica:
         self._reads[n, request_id] = lambda: answer(name)
         self.propose(["b", n, request_id])
 
+    def _unregistered(self) -> None:
+        """Until this replica's (new) registration is applied, proposals wait: an entry of a
+        replica the group does not know is ignored, and its requests would go unanswered.
+        (Only a set event is replaced, so nobody waits on one that is never set.)"""
+        if self.registered.is_set():
+            self.registered = trio.Event()
+
     async def _propose_loop(self) -> None:
         limit = self.settings.batch_ops
         while True:
             await self._have_ops.wait()
             self._have_ops = trio.Event()
             while self._ops:
+                while not self.registered.is_set():
+                    await self.registered.wait()
                 ops, self._ops = self._ops[:limit], self._ops[limit:]
                 for chunk in _fit(ops, self._entry):
                     await self._commit(chunk)
@@ -411,6 +420,7 @@ class Replica:
         dropped by the group. Close them and register again."""
         log.warning("replica %s: its registration lapsed; closing its connections", self.rid)
         self._reset("this replica lost its place in the group (its etcd lease lapsed)")
+        self._unregistered()
         self._reregister = True
 
     def _reset(self, why: str) -> None:
@@ -434,6 +444,7 @@ class Replica:
                 except LeaseGone:
                     log.warning("replica %s: its lease is gone", self.rid)
                     self._reset("this replica lost its place in the group (its etcd lease lapsed)")
+                    self._unregistered()
                 except EtcdError as exc:
                     log.warning("replica %s: keepalive failed: %s", self.rid, exc)
                     continue
