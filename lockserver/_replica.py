@@ -403,17 +403,22 @@ class Replica:
             if peer is None:  # closed meanwhile: its "gone" is on its way
                 continue
             if type(payload) is SessionsListing:
-                # the connections of other replicas are theirs to name
-                payload = SessionsListing(
-                    payload.page,
-                    tuple(
-                        tuple(peers[p[1]] for p in owners if p[0] == rid and p[1] in peers)  # type: ignore[index]
-                        for owners in payload.owners
-                    ),
-                )
+                payload = self.local_owners(payload)
             mine.append(((peer, request_id), payload))
         if mine:
             self.on_outputs(mine)
+
+    def local_owners(self, listing: SessionsListing) -> SessionsListing:
+        """A sessions page with each session's owners as this replica's connections (the
+        connections of other replicas are theirs to name)."""
+        rid, peers = self.rid, self._peers
+        return SessionsListing(
+            listing.page,
+            tuple(
+                tuple(peers[p[1]] for p in owners if p[0] == rid and p[1] in peers)  # type: ignore[index]
+                for owners in listing.owners
+            ),
+        )
 
     def _departed(self) -> None:
         """This replica's registration is gone (its lease lapsed): every connection of it was
@@ -680,7 +685,10 @@ class ReplicatedDoor:
             r.read(owner, request_id, answer)
             return []
         # The HTTP face (not a connection of the protocol): the applied state, as of now.
-        return answer(owner)
+        outs = answer(owner)
+        return [
+            (address, r.local_owners(p) if type(p) is SessionsListing else p) for address, p in outs
+        ]
 
     def busiest_tables(self, n: int, *, visible: Visibility | None = None) -> Any:
         return self.core.busiest_tables(n, visible=visible)

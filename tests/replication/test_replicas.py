@@ -282,3 +282,26 @@ async def test_uptime_gate_is_the_replicas_own(etcd1: EtcdCluster) -> None:
                 young = await s.execute("ns", acquire("x", "u"), min_uptime=0.001)
                 assert young.ok
             nursery.cancel_scope.cancel()
+
+
+async def test_http_listings_of_a_replica_name_its_own_connections(etcd1: EtcdCluster) -> None:
+    """/v1/sessions and /v1/holders on a replica answer from the group's state; a session's
+    ``clients`` are the connections open on this replica (200, not a server error)."""
+    import httpx
+
+    group = f"g{next(_groups)}"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            r1, r2 = [await start(nursery, etcd1, group) for _ in range(2)]
+            async with session_on(r1.port, "here") as s1, session_on(r2.port, "there") as s2:
+                assert (await s1.execute("ns", acquire("a", "here"))).ok
+                assert (await s2.execute("ns", acquire("b", "there"))).ok
+                await caught_up(r1, r2)
+                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{r1.port}") as http:
+                    sessions = (await http.get("/v1/sessions")).json()["sessions"]
+                    holders = (await http.get("/v1/holders?namespace=ns")).json()["holders"]
+                by_id = {x["session"]: x for x in sessions}
+                assert len(by_id["here"]["clients"]) == 1  # its connection is on r1
+                assert by_id["there"]["clients"] == []  # on r2: r2's to name
+                assert sorted(h["var"] for h in holders) == ["a", "b"]
+            nursery.cancel_scope.cancel()
