@@ -168,12 +168,21 @@ class Replica:
         kv = await etcd.get(key)
         assert kv is not None
         found = Genesis.from_bytes(kv.value)
-        if not created and found != genesis:
-            log.info(
-                "group %r exists (instance %s): its genesis settings apply",
-                settings.group,
-                found.instance,
-            )
+        if not created:
+            differ = [
+                name
+                for name in ("authenticated", "limits", "wait_limits")
+                if getattr(found, name) != getattr(genesis, name)
+            ]
+            if differ:
+                # Determinism needs every replica to apply the same limits: the group's win.
+                log.warning(
+                    "group %r (instance %s) was created with other %s than this replica's "
+                    "settings: the group's apply (docs/replication.md)",
+                    settings.group,
+                    found.instance,
+                    " and ".join(differ),
+                )
         state, from_snapshot = await load_state(etcd, prefix, found, kv.mod_revision)
         replica = cls(settings, etcd, address, found, state)
         replica.joined_at = state.revision
