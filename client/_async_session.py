@@ -98,6 +98,8 @@ class AsyncSession(SessionState):
         caller also cancels the wait on the server). ``min_uptime`` / ``min_trust``: the
         reliability contract (refused with cause MINIMUM_REQUIREMENTS when not met).
         """
+        if self._deferred:
+            await self._send_deferred()
         rid, data = self._build_execute(
             namespace, statements, min_uptime, min_trust, description, transaction_id, wait
         )
@@ -109,6 +111,17 @@ class AsyncSession(SessionState):
         if self._keepalive_scope is None and self._keepalive and not self._ended:
             self._start_keepalive()
         return result
+
+    async def _send_deferred(self) -> None:
+        """Send the deferred cleanups again (``defer_cleanup``); those that fail once more
+        are kept for the next call."""
+        pending = self._take_deferred()
+        for i, (namespace, statements) in enumerate(pending):
+            try:
+                await self.execute(namespace, statements)
+            except LockClientError:
+                self._deferred[:0] = pending[i:]
+                return
 
     async def execute_many(
         self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
@@ -264,6 +277,8 @@ class AsyncShardedSession(AsyncSession):
         wait: float | None = None,
     ) -> Result:
         self._check_open()
+        if self._deferred:
+            await self._send_deferred()
         server = self._router.place(namespace)
         part = await self._part(server)
         try:

@@ -88,6 +88,9 @@ __all__ = [
 
 log = logging.getLogger("client")
 
+#: Most cleanups a session keeps to send again (``SessionState.defer_cleanup``).
+MAX_DEFERRED = 64
+
 LostListener = Callable[[LockLost], object]
 
 BatchCall = tuple[str, Iterable[Statement]] | tuple[str, Iterable[Statement], str | None]
@@ -167,7 +170,22 @@ class SessionState:
         self._last_activity = 0.0
         self._failures = FailureLog(f"keepalive of session {session_id}")
         self.keepalive_error: LockClientError | None = None  # the last keepalive failure
+        # Cleanups (namespace, statements) whose outcome is unknown (a recipe's cleanup or
+        # release that failed twice): sent again before this session's next call.
+        self._deferred: list[tuple[str, list[Statement]]] = []
         core.register_session(self)
+
+    def defer_cleanup(self, namespace: str, statements: list[Statement]) -> None:
+        """Send ``statements`` (idempotent ones: a recipe's cleanup or release) again before
+        this session's next call: their outcome is unknown, and a session that lives on (a
+        replicated group) would otherwise keep what they remove. Kept at most
+        ``MAX_DEFERRED``; the oldest go first."""
+        self._deferred.append((namespace, statements))
+        del self._deferred[:-MAX_DEFERRED]
+
+    def _take_deferred(self) -> list[tuple[str, list[Statement]]]:
+        taken, self._deferred = self._deferred, []
+        return taken
 
     @property
     def id(self) -> str:

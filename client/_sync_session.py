@@ -110,6 +110,8 @@ class Session(SessionState):
         seconds (the call's timeout is extended by it). ``min_uptime`` / ``min_trust``: the
         reliability contract (refused with cause MINIMUM_REQUIREMENTS when not met).
         """
+        if self._deferred:
+            self._send_deferred()
         rid, data = self._build_execute(
             namespace, statements, min_uptime, min_trust, description, transaction_id, wait
         )
@@ -128,6 +130,17 @@ class Session(SessionState):
         if self._thread is None and self._keepalive and not self._ended:
             self._start_keepalive()
         return result
+
+    def _send_deferred(self) -> None:
+        """Send the deferred cleanups again (``defer_cleanup``); those that fail once more
+        are kept for the next call."""
+        pending = self._take_deferred()
+        for i, (namespace, statements) in enumerate(pending):
+            try:
+                self.execute(namespace, statements)
+            except LockClientError:
+                self._deferred[:0] = pending[i:]
+                return
 
     def execute_many(
         self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
@@ -359,6 +372,10 @@ class ShardedSession(Session):
             raise unavailable(server, exc) from exc
 
     execute.__doc__ = Session.execute.__doc__
+
+    def defer_cleanup(self, namespace: str, statements: list[Statement]) -> None:
+        """As :meth:`Session.defer_cleanup`, on the part of ``namespace``'s server."""
+        self._part(self._router.place(namespace)).defer_cleanup(namespace, statements)
 
     def execute_many(
         self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0

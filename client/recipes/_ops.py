@@ -197,10 +197,19 @@ def acquire(lock: LockCore[Any], blocking: bool, timeout: float | None) -> Op[bo
     except BaseException as exc:
         lock._abandon_acquire()
         if not isinstance(exc, (ServerError, ClientClosed)):
+            cleanup = lock._cleanup_statements(plan.ticket)
             try:
-                yield Execute(lock._cleanup_statements(plan.ticket), cleanup=True)
+                yield Execute(cleanup, cleanup=True)
             except LockClientError:
-                log.warning("cleanup after a failed acquire of %r failed", lock, exc_info=True)
+                # Sent again before the session's next call: a grant nobody knows of must
+                # not outlive the failure (a replicated group's session lives on).
+                lock._session.defer_cleanup(lock.namespace, cleanup)
+                log.warning(
+                    "cleanup after a failed acquire of %r failed; it is sent again before "
+                    "the session's next call",
+                    lock,
+                    exc_info=True,
+                )
         raise
 
 
@@ -217,7 +226,11 @@ def release(lock: LockCore[Any]) -> Op[bool]:
         # the release in flight). A release removes only this grant's entries, so sending it
         # again is safe, and needed: a session that lives on (a replicated group) would
         # otherwise keep the lock that its owner believes released.
-        result = yield Execute(statements)
+        try:
+            result = yield Execute(statements)
+        except LockClientError:
+            lock._session.defer_cleanup(lock.namespace, statements)
+            raise
     return lock._release_done(result)
 
 

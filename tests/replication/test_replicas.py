@@ -305,3 +305,20 @@ async def test_http_listings_of_a_replica_name_its_own_connections(etcd1: EtcdCl
                 assert by_id["there"]["clients"] == []  # on r2: r2's to name
                 assert sorted(h["var"] for h in holders) == ["a", "b"]
             nursery.cancel_scope.cancel()
+
+
+async def test_a_deferred_cleanup_goes_before_the_sessions_next_call(etcd1: EtcdCluster) -> None:
+    """A cleanup a recipe could not deliver (``defer_cleanup``) is sent before the session's
+    next call, whatever that call is: the lock it held is free afterwards."""
+    group = f"g{next(_groups)}"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            r1 = await start(nursery, etcd1, group)
+            async with session_on(r1.port, "a") as a, session_on(r1.port, "b") as b:
+                assert (await a.execute("ns", acquire("x", "a"))).ok
+                a.defer_cleanup("ns", release("x"))
+                assert not (await b.execute("ns", acquire("x", "b"))).ok  # not sent yet
+                assert (await a.execute("ns", acquire("y", "a"))).ok  # sends it first
+                assert (await b.execute("ns", acquire("x", "b"))).ok
+                assert a._deferred == []
+            nursery.cancel_scope.cancel()
