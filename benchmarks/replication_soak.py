@@ -65,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--locks", type=int, default=3, help="mutexes contended for")
     p.add_argument("--fault-every", type=float, default=4.0, help="seconds between faults")
+    p.add_argument(
+        "--snapshot-every",
+        type=int,
+        default=2000,
+        help="applied entries between snapshots (a restarted replica replays the log after it)",
+    )
     p.add_argument("--dir", default=None, help="where logs and JSON-lines go (default: temp)")
     args = p.parse_args(argv)
 
@@ -79,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             workdir / "replicas",
             n=args.replicas,
             group="soak",
+            snapshot_every=args.snapshot_every,
         ) as group,
     ):
         group.start()

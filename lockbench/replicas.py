@@ -61,7 +61,7 @@ class ReplicaGroup:
         n: int = 3,
         group: str = "test",
         lease_ttl: int = 2,
-        snapshot_every: int = 50_000,
+        snapshot_every: int = 10_000,
         max_session_age: float | None = None,
         extra: tuple[str, ...] = (),
     ) -> None:

@@ -375,7 +375,7 @@ class ServerConfig:
     replica_lease_ttl: int = attrs.field(default=5, validator=_int_at_least(2, 300))
     #: Applied log entries between two snapshots of a group's state (written by one replica,
     #: then etcd is compacted to it).
-    replica_snapshot_every: int = attrs.field(default=50_000, validator=_int_at_least(10))
+    replica_snapshot_every: int = attrs.field(default=10_000, validator=_int_at_least(10))
     trust: TrustSettings = attrs.field(factory=TrustSettings, validator=_trust_settings)
 
 

@@ -90,8 +90,8 @@ class ReplicationSettings:
     lease_ttl: int = 5
     batch_ops: int = 1024
     commit_timeout: float = 3.0
-    snapshot_every: int = 50_000
-    snapshot_interval: float = 300.0
+    snapshot_every: int = 10_000
+    snapshot_interval: float = 60.0
     compact: bool = True
 
 
