@@ -609,6 +609,8 @@ FIELD_NAMES = sorted(
         # the operator's (PROTOCOL.md "Inspection")
         "started_at", "holders", "table", "var", "match", "cursor", "limit", "sessions",
         "waiters", "subscription", "kind", "at", "dropped",
+        # a replica's welcome (PROTOCOL.md "welcome")
+        "group", "replicas",
     }
 )  # fmt: skip
 WORDS = [
