@@ -64,6 +64,7 @@ from ._eval import same_value
 from ._store import (
     S_FENCE,
     S_OWNER,
+    S_SET_AT,
     BigTable,
     EngineError,
     Entry,
@@ -119,7 +120,10 @@ _WAITER_BYTES: Final = 160
 def holder_info(store: Store, sessions: Any, ns: str, table: str, var: str, e: Entry) -> HolderInfo:
     """The record of entry ``e`` of ``ns``/``table``/``var``, times in wall-clock seconds."""
     offset = store.wall_offset
-    sid, value, desc, _, set_at, expires, fence = entry_fields(e)
+    # entry_fields inlined (the denial path: a failed acquire builds one of these per holder)
+    n = len(e)
+    sid = e[S_OWNER]
+    expires = e[5] if n > 5 else None
     owner = sessions.get(sid)
     return make_holder(  # the engine's own values: no validators (the denial path)
         ns,
@@ -127,11 +131,11 @@ def holder_info(store: Store, sessions: Any, ns: str, table: str, var: str, e: E
         var,
         sid,
         "" if owner is None else owner.description,
-        value,
-        desc,
-        set_at + offset,
+        e[3] if n > 3 else None,
+        e[6] if n > 6 else None,
+        e[S_SET_AT] + offset,
         None if expires is None else expires + offset,
-        fence,
+        e[S_FENCE],
     )
 
 
@@ -147,7 +151,8 @@ def holders_size(holders: tuple[HolderInfo, ...]) -> int:
 
 
 def _holder_bytes(ns: str, table: str, var: str, e: Entry, sdesc: str) -> int:
-    desc = entry_desc(e)
+    n = len(e)  # entry_desc and entry_value inlined (the denial path)
+    desc = e[6] if n > 6 else None
     return (
         _HOLDER_BYTES
         + len(ns)
@@ -155,7 +160,7 @@ def _holder_bytes(ns: str, table: str, var: str, e: Entry, sdesc: str) -> int:
         + len(var)
         + 2 * len(e[S_OWNER])
         + len(sdesc)
-        + value_size(entry_value(e))
+        + value_size(e[3] if n > 3 else None)
         + (0 if desc is None else len(desc))
     )
 
