@@ -21,6 +21,14 @@ dict slot per entry, the var str shared with the table's key, no per-entry key t
 strs is never tracked. Together: 437 -> 282 bytes per held lock in the blast-prefill shape
 (521 -> 297 in the server, ``lockbench blast --prefill``), and a full collection with 1M held
 from ~180-230 ms to ~35 ms (the table stays tracked, see ``Vars``; its entries do not).
+
+An entry keeps only the fields it has (see ``Entry``): a 3-tuple for a plain lock, and one
+tuple per transaction for all its plain locks. Server RSS growth per entry with 1,000,000
+held (issue 19): 235 -> 140 bytes in the ``lockbench blast --bigtable`` shape (no values, 250
+SetVars per execute), 291 -> 274 with ``--prefill`` (a short value each, 400 per execute).
+What is left per entry in the big-table shape is the variable's name (~61), its table slot
+(~27) and the session's index slot (~31); an entry set alone in its transaction also holds
+its own tuple (64), set_at float and fence int (32 each).
 """
 
 from __future__ import annotations
@@ -150,9 +158,10 @@ def entry_fields(
 
 
 #: What an entry counts in the server's store budget (``max_store_bytes``) beside its names,
-#: value and description: about what one held lock costs in the server's memory (measured
-#: ~240 bytes per entry with 1,000,000 held: the entry tuple, its table slot, the session's
-#: index slot, the expiry bookkeeping).
+#: value and description: about what one held lock costs in the server's memory at most (the
+#: entry tuple, its time and fence, its table slot, the session's index slot, the expiry
+#: bookkeeping; measured 140-274 bytes per entry with 1,000,000 held, names and values
+#: included: see the module docstring).
 ENTRY_BASE: Final = 256
 
 
