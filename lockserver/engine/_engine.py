@@ -63,11 +63,8 @@ from ._eval import REPLY_DATA_LIMIT, TxContext
 from ._inspect import denial_holders, holders_size
 from ._sharded import ShardedDict
 from ._store import (
-    S_DESC,
-    S_EXPIRES,
     S_FENCE,
     S_OWNER,
-    S_VALUE,
     SESSION_BASE,
     EngineError,
     Entry,
@@ -78,6 +75,9 @@ from ._store import (
     as_entries,
     drop_var,
     entry_cost,
+    entry_desc,
+    entry_expires,
+    entry_value,
     find_slot,
     shard_of,
     store_full,
@@ -435,7 +435,7 @@ class Engine:
             return 0
         assert tables is not None  # (it holds slot)
         victims = [
-            (e[S_OWNER], e[S_FENCE], e[S_EXPIRES])
+            (e[S_OWNER], e[S_FENCE], entry_expires(e))
             for e in as_entries(slot)
             if session_id is None or e[S_OWNER] == session_id
         ]
@@ -656,9 +656,9 @@ class Engine:
             if i == len(entries):
                 return False
         e = entries[i]
-        if e[S_FENCE] != fence or e[S_EXPIRES] != expires:
+        if e[S_FENCE] != fence or entry_expires(e) != expires:
             return False
-        self.store.stored -= entry_cost(table, var, e[S_VALUE], e[S_DESC])
+        self.store.stored -= entry_cost(table, var, entry_value(e), entry_desc(e))
         self._unlink(ns, table, var, tables, slot, i)
         # The owner is alive: a dropped session's entries are gone with it.
         s = self.sessions[sid]
@@ -731,9 +731,10 @@ class Engine:
                         now,
                         LostReason.EXPIRED if expired else LostReason.ENDED,
                     )
-                freed += entry_cost(table, var, e[S_VALUE], e[S_DESC])
-                if e[S_EXPIRES] is not None:
-                    ttls.discard((ns, table, var, sid), e[S_EXPIRES])
+                freed += entry_cost(table, var, entry_value(e), entry_desc(e))
+                expires = entry_expires(e)
+                if expires is not None:
+                    ttls.discard((ns, table, var, sid), expires)
                 self._unlink(ns, table, var, tables, slot, i)
         self.store.entry_count -= s.held
         self.store.stored -= freed

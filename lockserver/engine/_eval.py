@@ -17,10 +17,13 @@ the snapshots (O(changed variables)); commit just drops them. An abort unwinds a
 costs nothing unless a transaction fails (try blocks are free in CPython 3.11 when nothing is
 raised).
 
-Hot path notes: entries are plain tuples ``(session, value, description, tx_id, set_at,
-expires_at, fence)`` — GC-untracked when their value is a scalar, 3x cheaper than a frozen
-attrs instance (STYLE.md habit 7, measured in benchmarks/engine_micro.py); dispatch is one dict
-lookup on the node's type.
+Hot path notes: entries are plain tuples ``(session, set_at, fence[, value[, tx_id[,
+expires_at[, description]]]])`` with the optional fields trimmed off the end (``_store.py``
+says why) — GC-untracked when their value is a scalar, 3x cheaper than a frozen attrs instance
+(STYLE.md habit 7, measured in benchmarks/engine_micro.py); the hot paths read the optional
+fields by ``len`` tests, not the ``entry_*`` helpers (a call each). An entry without optional
+fields is the transaction's shared *stamp* (``TxContext.stamp``). Dispatch is one dict lookup
+on the node's type.
 
 A transaction works on a ``Store`` (``_store.py``: the data, its counts and bounds), never on
 the engine, which decides when transactions run and what happens to their results.
@@ -60,13 +63,7 @@ from protocol import (
 
 from ._store import (
     ENTRY_BASE,
-    S_DESC,
-    S_EXPIRES,
-    S_FENCE,
     S_OWNER,
-    S_SET_AT,
-    S_TX,
-    S_VALUE,
     SHARD_AT,
     BigTable,
     EngineError,
@@ -80,6 +77,10 @@ from ._store import (
     as_entries,
     drop_var,
     entry_cost,
+    entry_desc,
+    entry_expires,
+    entry_fields,
+    entry_value,
     find_slot,
     shard_of,
     store_full,
@@ -125,6 +126,7 @@ class TxContext:
         "session",
         "sid",
         "snapshots",
+        "stamp",
         "store",
         "stored",
         "tables",
@@ -149,6 +151,9 @@ class TxContext:
         self.tx_id = tx_id
         self.now = now
         self.fence = fence
+        # The entry this transaction sets when a SetVar has no value, TTL or description:
+        # made by the first such SetVar, shared by the rest (_store.py, "Entry").
+        self.stamp: Entry | None = None
         self.data: list[tuple[str, Any]] = []
         # (table, var) -> the variable's slot before this transaction's first change (a copy
         # when a list; None when the variable did not exist).
@@ -221,15 +226,15 @@ class TxContext:
 
     def _removed(self, table: str, var: str, e: Entry) -> None:
         """The caller's entry ``e`` of table/var is removed by this transaction."""
-        self.stored -= entry_cost(table, var, e[S_VALUE], e[S_DESC])
-        expires = e[S_EXPIRES]
+        self.stored -= entry_cost(table, var, entry_value(e), entry_desc(e))
+        expires = entry_expires(e)
         if expires is not None:
             self.ttl_ops.append((expires, table, var, None))
 
     def _replace(self, table: str, var: str, e: Entry, cost: int) -> None:
         """The caller's entry ``e`` is replaced by one costing ``cost`` (store budget: only a
         replacement that costs more can be refused)."""
-        old = entry_cost(table, var, e[S_VALUE], e[S_DESC])
+        old = entry_cost(table, var, entry_value(e), entry_desc(e))
         store = self.store
         limit = store.max_store_bytes
         if cost > old and store.stored + self.stored + cost - old > limit:
@@ -256,21 +261,21 @@ class TxContext:
 
     def _record_size(self, e: Entry) -> int:
         """An upper bound of an entry record's encoded size (keys, numbers, texts, value)."""
-        desc = e[S_DESC]
-        size = 128 + text_len(e[S_OWNER]) + text_len(e[S_TX]) + value_size(e[S_VALUE])
+        sid, value, desc, tx_id, _, _, _ = entry_fields(e)
+        size = 128 + text_len(sid) + text_len(tx_id) + value_size(value)
         return size if desc is None else size + text_len(desc)
 
     def _record(self, e: Entry) -> dict[str, Any]:
         start = self.store.started_at
-        expires = e[S_EXPIRES]
+        sid, value, desc, tx_id, set_at, expires, fence = entry_fields(e)
         return {
-            "session": e[S_OWNER],
-            "value": e[S_VALUE],
-            "description": e[S_DESC],
-            "tx_id": e[S_TX],
-            "set_at": e[S_SET_AT] - start,
+            "session": sid,
+            "value": value,
+            "description": desc,
+            "tx_id": tx_id,
+            "set_at": set_at - start,
             "expires_at": None if expires is None else expires - start,
-            "fence": e[S_FENCE],
+            "fence": fence,
         }
 
 
@@ -316,10 +321,11 @@ def _op_exists(ctx: TxContext, node: Any) -> bool:
         return False
     value = node.value
     sid = ctx.sid if node.ignore_this_session else None
+    # (an entry's value is e[3] when it has one: _store.py "Entry")
     if type(slot) is tuple:
-        return slot[0] != sid and (value is None or same_value(slot[1], value))
+        return slot[0] != sid and (value is None or (len(slot) > 3 and same_value(slot[3], value)))
     for e in cast("list[Entry]", slot):
-        if e[0] != sid and (value is None or same_value(e[1], value)):
+        if e[0] != sid and (value is None or (len(e) > 3 and same_value(e[3], value))):
             return True
     return False
 
@@ -345,7 +351,22 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
         expires = None
     value = node.value
     desc = node.description
-    entry: Entry = (sid, value, desc, ctx.tx_id, now, expires, ctx.fence)
+    # make_entry inlined; no optional field: the transaction's shared stamp
+    if desc is not None:
+        entry: Entry = (sid, now, ctx.fence, value, ctx.tx_id, expires, desc)
+    elif expires is not None:
+        entry = (sid, now, ctx.fence, value, ctx.tx_id, expires)
+    elif value is not None:
+        tx_id = ctx.tx_id
+        entry = (sid, now, ctx.fence, value, tx_id) if tx_id else (sid, now, ctx.fence, value)
+    else:
+        stamp = ctx.stamp
+        if stamp is None:
+            tx_id = ctx.tx_id
+            stamp = ctx.stamp = (
+                (sid, now, ctx.fence, None, tx_id) if tx_id else (sid, now, ctx.fence)
+            )
+        entry = stamp
     store = ctx.store
     # entry_cost inlined (an ASCII str or no value is the common case)
     cost = ENTRY_BASE + len(table) + len(var)
@@ -448,14 +469,15 @@ def _op_deletevar(ctx: TxContext, node: Any) -> bool:
     sid = ctx.sid
     value = node.value
     if type(slot) is tuple:
-        if slot[0] != sid or (value is not None and not same_value(slot[1], value)):
+        n = len(slot)  # the optional fields (value, tx_id, expires, desc) present
+        if slot[0] != sid or (value is not None and (n < 4 or not same_value(slot[3], value))):
             return False
         snapshots = ctx.snapshots  # hot path: ctx._snapshot inlined
         if (table, var) not in snapshots:
             snapshots[table, var] = slot
         # ctx._removed inlined (entry_cost with an ASCII str or no value, no description)
-        old = slot[1]
-        desc = slot[2]
+        old = slot[3] if n > 3 else None
+        desc = slot[6] if n > 6 else None
         cost = ENTRY_BASE + len(table) + len(var)
         if old is not None:
             cost += (
@@ -464,7 +486,7 @@ def _op_deletevar(ctx: TxContext, node: Any) -> bool:
         if desc is not None:
             cost += len(desc)
         ctx.stored -= cost
-        if slot[5] is not None:
+        if n > 5 and slot[5] is not None:
             ctx.ttl_ops.append((slot[5], table, var, None))
         del vars_[var]  # drop_var inlined
         if t is vars_:
@@ -480,7 +502,7 @@ def _op_deletevar(ctx: TxContext, node: Any) -> bool:
         entries = cast("list[Entry]", slot)
         for i, e in enumerate(entries):
             if e[0] == sid:
-                if value is not None and not same_value(e[1], value):
+                if value is not None and not same_value(entry_value(e), value):
                     return False
                 ctx._removed(table, var, e)
                 ctx._snapshot(table, var, entries)
@@ -507,7 +529,7 @@ def _op_countbelow(ctx: TxContext, node: Any) -> bool:
     if node.limit_table is not None:
         configured = ctx._slot(node.limit_table, node.limit_var)
         if configured is not None:
-            value = as_entries(configured)[0][S_VALUE]
+            value = entry_value(as_entries(configured)[0])
             if type(value) is int and value >= 0:
                 limit = value
     slot = ctx._slot(node.table, node.var)

@@ -62,12 +62,9 @@ from protocol import (
 
 from ._eval import same_value
 from ._store import (
-    S_DESC,
-    S_EXPIRES,
     S_FENCE,
     S_OWNER,
     S_SET_AT,
-    S_VALUE,
     BigTable,
     EngineError,
     Entry,
@@ -75,6 +72,9 @@ from ._store import (
     Store,
     Table,
     as_entries,
+    entry_desc,
+    entry_fields,
+    entry_value,
     find_slot,
     text_len,
 )
@@ -120,16 +120,19 @@ _WAITER_BYTES: Final = 160
 def holder_info(store: Store, sessions: Any, ns: str, table: str, var: str, e: Entry) -> HolderInfo:
     """The record of entry ``e`` of ``ns``/``table``/``var``, times in wall-clock seconds."""
     offset = store.wall_offset
-    owner = sessions.get(e[S_OWNER])
-    expires = e[S_EXPIRES]
+    # entry_fields inlined (the denial path: a failed acquire builds one of these per holder)
+    n = len(e)
+    sid = e[S_OWNER]
+    expires = e[5] if n > 5 else None
+    owner = sessions.get(sid)
     return make_holder(  # the engine's own values: no validators (the denial path)
         ns,
         table,
         var,
-        e[S_OWNER],
+        sid,
         "" if owner is None else owner.description,
-        e[S_VALUE],
-        e[S_DESC],
+        e[3] if n > 3 else None,
+        e[6] if n > 6 else None,
         e[S_SET_AT] + offset,
         None if expires is None else expires + offset,
         e[S_FENCE],
@@ -148,7 +151,8 @@ def holders_size(holders: tuple[HolderInfo, ...]) -> int:
 
 
 def _holder_bytes(ns: str, table: str, var: str, e: Entry, sdesc: str) -> int:
-    desc = e[S_DESC]
+    n = len(e)  # entry_desc and entry_value inlined (the denial path)
+    desc = e[6] if n > 6 else None
     return (
         _HOLDER_BYTES
         + len(ns)
@@ -156,7 +160,7 @@ def _holder_bytes(ns: str, table: str, var: str, e: Entry, sdesc: str) -> int:
         + len(var)
         + 2 * len(e[S_OWNER])
         + len(sdesc)
-        + value_size(e[S_VALUE])
+        + value_size(e[3] if n > 3 else None)
         + (0 if desc is None else len(desc))
     )
 
@@ -192,7 +196,7 @@ def denial_holders(
             for e in as_entries(slot):
                 if e[S_OWNER] == skip or e[S_FENCE] == uncommitted:
                     continue
-                if value is not None and not same_value(e[S_VALUE], value):
+                if value is not None and not same_value(entry_value(e), value):
                     continue
                 key = (node.table, node.var, e[S_OWNER])
                 if key in seen:
@@ -403,10 +407,9 @@ def list_holders(
                     continue
                 owner = shards[hash(sid) & mask].get(sid)
                 sdesc = "" if owner is None else owner.description
-                desc = e[S_DESC]
+                _, value, desc, _, set_at, expires, fence = entry_fields(e)
                 if match is not None and match not in sdesc and (desc is None or match not in desc):
                     continue
-                value = e[S_VALUE]
                 cost = _HOLDER_BYTES + names + 2 * len(sid) + len(sdesc)
                 cost += value_size(value) + (0 if desc is None else len(desc))
                 if len(records) == limit or (records and size + cost > PAGE_BYTES):
@@ -414,7 +417,6 @@ def list_holders(
                     pos = [ns_i, ns, t_i, table, sh_i, v_i, var, e_i, sid, prev]
                     return HoldersPage(records, _encode_cursor("holders", run, q, pos))
                 size += cost
-                expires = e[S_EXPIRES]
                 records.append(
                     make_holder(
                         ns,
@@ -424,9 +426,9 @@ def list_holders(
                         sdesc,
                         value,
                         desc,
-                        e[S_SET_AT] + offset,
+                        set_at + offset,
                         None if expires is None else expires + offset,
-                        e[S_FENCE],
+                        fence,
                     )
                 )
             e_from = 0
@@ -485,7 +487,7 @@ def _session_holders(
                 continue
             slot = find_slot(namespaces.get(ns), table, var)
             e = next(e for e in as_entries(slot) if e[S_OWNER] == s.session_id)  # type: ignore[arg-type]
-            if not (_match(s.description, q.match) or _match(e[S_DESC], q.match)):
+            if not (_match(s.description, q.match) or _match(entry_desc(e), q.match)):
                 continue
             cost = _holder_bytes(ns, table, var, e, s.description)
             if len(records) == q.page_size or (records and size + cost > PAGE_BYTES):

@@ -21,6 +21,14 @@ dict slot per entry, the var str shared with the table's key, no per-entry key t
 strs is never tracked. Together: 437 -> 282 bytes per held lock in the blast-prefill shape
 (521 -> 297 in the server, ``lockbench blast --prefill``), and a full collection with 1M held
 from ~180-230 ms to ~35 ms (the table stays tracked, see ``Vars``; its entries do not).
+
+An entry keeps only the fields it has (see ``Entry``): a 3-tuple for a plain lock, and one
+tuple per transaction for all its plain locks. Server RSS growth per entry with 1,000,000
+held (issue 19): 235 -> 140 bytes in the ``lockbench blast --bigtable`` shape (no values, 250
+SetVars per execute), 291 -> 274 with ``--prefill`` (a short value each, 400 per execute).
+What is left per entry in the big-table shape is the variable's name (~61), its table slot
+(~27) and the session's index slot (~31); an entry set alone in its transaction also holds
+its own tuple (64), set_at float and fence int (32 each).
 """
 
 from __future__ import annotations
@@ -37,13 +45,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_BASE",
-    "S_DESC",
-    "S_EXPIRES",
     "S_FENCE",
     "S_OWNER",
     "S_SET_AT",
-    "S_TX",
-    "S_VALUE",
     "SESSION_BASE",
     "SHARD_AT",
     "BigTable",
@@ -58,28 +62,106 @@ __all__ = [
     "as_entries",
     "drop_var",
     "entry_cost",
+    "entry_desc",
+    "entry_expires",
+    "entry_fields",
+    "entry_tx",
+    "entry_value",
     "find_slot",
+    "make_entry",
     "shard_of",
     "store_full",
     "text_len",
 ]
 
-# (session_id, value, description, tx_id, set_at, expires_at, fence)
-Entry = tuple[str, Any, str | None, str, float, float | None, int]
+# An entry is a plain tuple (STYLE.md habit 7: GC-untracked once its value is a scalar, 3x
+# cheaper than an attrs instance), its optional fields trimmed off the end:
+#     (session_id, set_at, fence[, value[, tx_id[, expires_at[, description]]]])
+# A field is present when it or a field after it is not its default (value None, tx_id "",
+# expires_at None, description None): a lock without them is a 3-tuple. Tuples are allocated
+# in 16-byte steps (3 fields: 64 B, 4-5: 80, 6-7: 96; 7 before the trimming), so the order
+# puts what is most often set first. And an entry without the optional fields holds nothing
+# but its transaction's (session, now, fence[, None, tx_id]): the evaluator makes that tuple
+# once per transaction and stores the same one for every such entry it sets (its *stamp*:
+# an execute of 250 SetVars holds one tuple, not 250). Entries are immutable and never
+# compared by identity, so the sharing cannot be seen. Read the optional fields with the
+# ``entry_*`` helpers (the hot paths inline them as ``len`` tests).
+Entry = tuple[Any, ...]
 # What a table stores per variable: the one entry, or a list of 2+ entries in order.
 Slot = Entry | list[Entry]
 S_OWNER: Final = 0
-S_VALUE: Final = 1
-S_DESC: Final = 2
-S_TX: Final = 3
-S_SET_AT: Final = 4
-S_EXPIRES: Final = 5
-S_FENCE: Final = 6
+S_SET_AT: Final = 1
+S_FENCE: Final = 2
+# The optional fields, at these indexes when present (the entry_* helpers read them).
+_VALUE: Final = 3
+_TX: Final = 4
+_EXPIRES: Final = 5
+_DESC: Final = 6
+
+
+def make_entry(
+    sid: str,
+    set_at: float,
+    fence: int,
+    value: Any,
+    tx_id: str,
+    expires: float | None,
+    desc: str | None,
+) -> Entry:
+    """The entry of these fields, trimmed (off the hot path: the evaluator inlines it)."""
+    if desc is not None:
+        return (sid, set_at, fence, value, tx_id, expires, desc)
+    if expires is not None:
+        return (sid, set_at, fence, value, tx_id, expires)
+    if tx_id:
+        return (sid, set_at, fence, value, tx_id)
+    if value is not None:
+        return (sid, set_at, fence, value)
+    return (sid, set_at, fence)
+
+
+def entry_value(e: Entry) -> Any:
+    """The entry's value (None: none)."""
+    return e[_VALUE] if len(e) > _VALUE else None
+
+
+def entry_tx(e: Entry) -> str:
+    """The id of the transaction that set the entry ("" when it had none)."""
+    return e[_TX] if len(e) > _TX else ""
+
+
+def entry_expires(e: Entry) -> float | None:
+    """When the entry expires (engine time; None: no TTL)."""
+    return e[_EXPIRES] if len(e) > _EXPIRES else None
+
+
+def entry_desc(e: Entry) -> str | None:
+    """The entry's description (None: none)."""
+    return e[_DESC] if len(e) > _DESC else None
+
+
+def entry_fields(
+    e: Entry,
+) -> tuple[str, Any, str | None, str, float, float | None, int]:
+    """All fields of an entry, defaults filled in, in the order records show them:
+    (session_id, value, description, tx_id, set_at, expires_at, fence)."""
+    n = len(e)
+    return (
+        e[S_OWNER],
+        e[_VALUE] if n > _VALUE else None,
+        e[_DESC] if n > _DESC else None,
+        e[_TX] if n > _TX else "",
+        e[S_SET_AT],
+        e[_EXPIRES] if n > _EXPIRES else None,
+        e[S_FENCE],
+    )
+
 
 #: What an entry counts in the server's store budget (``max_store_bytes``) beside its names,
-#: value and description: about what one held lock costs in the server's memory (measured
-#: ~240 bytes per entry with 1,000,000 held: the entry tuple, its table slot, the session's
-#: index slot, the expiry bookkeeping).
+#: value and description: about what one held lock costs in the server's memory at most (the
+#: entry tuple, its time and fence, its table slot, the session's index slot, the expiry
+#: bookkeeping; measured 140-274 bytes per entry with 1,000,000 held, names and values
+#: included: see the module docstring).
 ENTRY_BASE: Final = 256
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockserver.engine import Engine, EngineLimits
+from lockserver.engine._store import entry_fields
 from protocol import SessionSpec, Statement, Transaction, TransactionResult
 
 START = 1000.0  # the engine's started_at; uptimes in results are relative to it
@@ -37,16 +38,33 @@ def run(
 
 
 def slot_entries(slot: Any) -> list[tuple[Any, ...]]:
-    """The entries of a table's slot for one variable: a lone entry is stored as the Entry
-    tuple itself, two or more as a list (a copy either way)."""
+    """The entries of a table's slot for one variable, each with all its fields
+    (``entry_fields``: (owner, value, description, tx_id, set_at, expires_at, fence)): a lone
+    entry is stored as the Entry tuple itself, two or more as a list; every stored entry is
+    checked to be trimmed (no optional field at its default at the end)."""
     if type(slot) is tuple:
-        return [slot]
-    assert type(slot) is list and len(slot) >= 2, slot  # never a list of fewer than two
-    return list(slot)
+        stored = [slot]
+    else:
+        assert type(slot) is list and len(slot) >= 2, slot  # never a list of fewer than two
+        stored = slot
+    for e in stored:
+        assert_trimmed(e)
+    return [entry_fields(e) for e in stored]
+
+
+#: The default of each optional field of a stored entry, by index (_store.py "Entry").
+_DEFAULTS = {3: None, 4: "", 5: None, 6: None}
+
+
+def assert_trimmed(e: tuple[Any, ...]) -> None:
+    """A stored entry has 3..7 fields and never ends with an optional field at its default."""
+    assert type(e) is tuple and 3 <= len(e) <= 7, e
+    last = len(e) - 1
+    assert last < 3 or e[last] != _DEFAULTS[last], e
 
 
 def entries(engine: Engine, table: str, var: str, ns: str = NS) -> list[tuple[Any, ...]]:
-    """The stored entry tuples of one variable (a copy; [] when none)."""
+    """The entries of one variable, all fields each (``slot_entries``; [] when none)."""
     slot = engine.namespaces.get(ns, {}).get(table, {}).get(var)
     return [] if slot is None else slot_entries(slot)
 

@@ -303,8 +303,8 @@ def test_deleting_the_last_entry_drops_empty_containers() -> None:
     engine = make_engine()
     run(engine, "a", Assert(SetVar("T", "k", 1)), Assert(SetVar("T", "j", 1)))
     run(engine, "a", Assert(DeleteVar("T", "k")))
-    # (a lone entry is stored as the Entry tuple itself)
-    assert engine.namespaces == {"Clinical": {"T": {"j": entries(engine, "T", "j")[0]}}}
+    # (a lone entry is stored as the Entry tuple itself: owner, set_at, fence, value)
+    assert engine.namespaces == {"Clinical": {"T": {"j": ("a", START, 1, 1)}}}
     run(engine, "a", Assert(DeleteVar("T", "j")))
     assert engine.namespaces == {}
 

@@ -26,7 +26,7 @@ from protocol import (
     SetVar,
 )
 
-from ._helpers import NS, START, dump, holders, make_engine, run, session_keys
+from ._helpers import NS, START, dump, entries, holders, make_engine, run, session_keys
 
 
 def slot(engine: Engine, table: str, var: str, ns: str = NS) -> Any:
@@ -256,6 +256,80 @@ def test_reads_of_bare_and_listed_entries() -> None:
         assert run(engine, "b", Assert(CountBelow("T", "k", n + 1))).ok
         assert not run(engine, "b", Assert(CountBelow("T", "k", n))).ok
         assert run(engine, "b", Assert(CountBelow("T", "k", 2, ignore_this_session=True))).ok
+
+
+# --- the entry tuple: optional fields trimmed, the transaction's stamp shared ------------------
+
+
+@pytest.mark.parametrize(
+    ("setvar", "tx_id", "stored"),
+    [
+        (SetVar("T", "k"), "", ("a", START, 1)),
+        (SetVar("T", "k", 0), "", ("a", START, 1, 0)),
+        (SetVar("T", "k", False), "", ("a", START, 1, False)),
+        (SetVar("T", "k"), "t1", ("a", START, 1, None, "t1")),
+        (SetVar("T", "k", "v"), "t1", ("a", START, 1, "v", "t1")),
+        (SetVar("T", "k", ttl=5.0), "", ("a", START, 1, None, "", START + 5.0)),
+        (SetVar("T", "k", description="d"), "", ("a", START, 1, None, "", None, "d")),
+        (
+            SetVar("T", "k", "v", ttl=5.0, description="d"),
+            "t1",
+            ("a", START, 1, "v", "t1", START + 5.0, "d"),
+        ),
+    ],
+)
+def test_an_entry_is_stored_with_its_optional_fields_trimmed(
+    setvar: SetVar, tx_id: str, stored: tuple[Any, ...]
+) -> None:
+    """An entry is (owner, set_at, fence[, value[, tx_id[, expires_at[, description]]]]):
+    an optional field is stored only when it or one after it is not its default (None, "",
+    None, None), so a plain lock is a 3-tuple; every read gives the same record whatever the
+    form (value, tx_id, set_at, expires_at, fence, description)."""
+    engine = make_engine()
+    assert run(engine, "a", Assert(setvar), transaction_id=tx_id).ok
+    assert slot(engine, "T", "k") == stored
+    expires = None if setvar.ttl is None else START + setvar.ttl
+    assert entries(engine, "T", "k") == [
+        ("a", setvar.value, setvar.description, tx_id, START, expires, 1)
+    ]
+    record = run(engine, "b", SelectVarValue("r", "T", "k")).data[0][1]
+    assert (record["value"], record["description"], record["tx_id"]) == (
+        setvar.value,
+        setvar.description,
+        tx_id,
+    )
+    assert record["expires_at"] == setvar.ttl and record["fence"] == 1
+    assert run(engine, "b", Assert(Exists("T", "k", setvar.value))).ok
+    assert not run(engine, "b", Assert(Exists("T", "k", "other"))).ok
+    assert not run(engine, "a", Assert(DeleteVar("T", "k", "other"))).ok
+    assert run(engine, "a", Assert(DeleteVar("T", "k", setvar.value))).ok
+    assert slot(engine, "T", "k") is None and engine.entry_count == 0
+
+
+def test_a_transactions_plain_entries_share_its_stamp() -> None:
+    """The entries a transaction sets without a value, TTL or description are one tuple, its
+    stamp (owner, now, fence[, None, tx_id]), stored under every such variable; entries with
+    any of them, and other transactions, get their own. Releasing or replacing one of the
+    sharing entries leaves the others as they were."""
+    engine = make_engine()
+    run(engine, "a", *(Assert(SetVar("T", f"k{i}")) for i in range(3)), Assert(SetVar("U", "v")))
+    run(engine, "a", Assert(SetVar("T", "w", 1)), Assert(SetVar("T", "x")), now=START + 1)
+    run(engine, "b", *(Assert(SetVar("T", f"b{i}")) for i in range(2)), transaction_id="t")
+    stamp = slot(engine, "T", "k0")
+    assert stamp == ("a", START, 1)
+    assert all(slot(engine, "T", f"k{i}") is stamp for i in range(3))
+    assert slot(engine, "U", "v") is stamp
+    assert slot(engine, "T", "w") == ("a", START + 1, 2, 1)
+    assert slot(engine, "T", "x") == ("a", START + 1, 2) and slot(engine, "T", "x") is not stamp
+    assert slot(engine, "T", "b0") == ("b", START, 3, None, "t") and slot(
+        engine, "T", "b1"
+    ) is slot(engine, "T", "b0")
+    run(engine, "a", release("T", "k1"), Assert(SetVar("T", "k2", 7, allow_duplicates=True)))
+    assert slot(engine, "T", "k1") is None
+    assert slot(engine, "T", "k2") == ("a", START, 4, 7)
+    assert slot(engine, "T", "k0") is stamp and slot(engine, "U", "v") is stamp
+    assert engine.end_session("a", now=START + 2)
+    assert slot(engine, "T", "k0") is None and engine.entry_count == 2
 
 
 def test_held_entries_are_not_tracked_by_the_collector() -> None:

@@ -369,6 +369,7 @@ def test_rollback_after_emptying_an_existing_namespace() -> None:
     engine = make_engine()
     run(engine, "a", Assert(SetVar("T", "k", 1)))
     before = dump(engine)
+    stored = engine.namespaces["Clinical"]["T"]["k"]
     result = run(
         engine,
         "a",
@@ -381,7 +382,7 @@ def test_rollback_after_emptying_an_existing_namespace() -> None:
     assert not result.ok
     assert dump(engine) == before
     # (a lone entry is stored as the Entry tuple itself)
-    assert engine.namespaces == {"Clinical": {"T": {"k": before[("Clinical", "T", "k")][0]}}}
+    assert engine.namespaces == {"Clinical": {"T": {"k": stored}}}
 
 
 def test_commit_that_empties_the_namespace_drops_it() -> None:
