@@ -108,9 +108,36 @@ def _spread(values: list[float], fmt: str) -> str:
     )
 
 
+def summarize(runs: list[dict[str, Any]], duration: float, max_other: float | None) -> None:
+    """Per cell (by load) and variant: the median and range of each figure
+    over the runs (only those where the machine's other load was at most ``max_other`` % of
+    a core, when given). Spin per second is over the server's life, warm-up included."""
+    if max_other is not None:
+        runs = [r for r in runs if r["other_pct"] is not None and r["other_pct"] <= max_other]
+
+    def order(key: tuple[str, str, str]) -> tuple[float, int, str]:
+        cell, variant, busy = key
+        load = -1.0 if cell == "capacity" else float(cell[:-1]) if cell.endswith("x") else 99.0
+        known = VARIANTS.index((variant, busy)) if (variant, busy) in VARIANTS else 3
+        return load, known, variant
+
+    keys = sorted({(r["cell"], r["variant"], r["busy_poll"]) for r in runs}, key=order)
+    for cell, variant, busy in keys:
+        rs = [r for r in runs if (r["cell"], r["variant"], r["busy_poll"]) == (cell, variant, busy)]
+        print(f"{cell:9} {variant:10} busy_poll={busy:6} n={len(rs)} "
+              f"tx/s {_spread([r['tx_s'] for r in rs], '.0f')}  "
+              f"cpu% {_spread([r['cpu_pct'] for r in rs], '.1f')}  "
+              f"us/tx {_spread([r['us_tx'] for r in rs], '.1f')}  "
+              f"p50 {_spread([r['p50'] for r in rs], '.0f')}  "
+              f"p99 {_spread([r['p99'] for r in rs], '.0f')}  "
+              f"spin s/s {_spread([r['spin_s'] / (duration + 1) for r in rs], '.3f')}  "
+              f"wake us {_spread([r.get('wake_us', 0.0) for r in rs], '.0f')}  "
+              f"other% {_spread([r['other_pct'] for r in rs], '.0f')}")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--before", type=Path, required=True, help="the old checkout")
+    parser.add_argument("--before", type=Path, help="the old checkout")
     parser.add_argument("--after", type=Path, default=Path("."), help="the new checkout (.)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=6.0, help="seconds per blast")
@@ -125,7 +152,27 @@ def main(argv: list[str] | None = None) -> None:
         metavar="NAME=PATH",
         help="one more checkout, run at the default busy_poll in every cell",
     )
+    parser.add_argument(
+        "--summarize",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="run nothing: summarize the runs of these --json files together",
+    )
+    parser.add_argument(
+        "--max-other", type=float, help="summarize only runs with at most this other load, %%"
+    )
     args = parser.parse_args(argv)
+    if args.summarize:
+        sittings = [json.loads(f.read_text()) for f in args.summarize]
+        pooled = [r for sitting in sittings for r in sitting["runs"]]
+        durations = {sitting.get("duration", 6.0) for sitting in sittings}
+        if len(durations) > 1:
+            parser.error("--summarize: the sittings ran blasts of different durations")
+        summarize(pooled, durations.pop(), args.max_other)
+        return
+    if args.before is None:
+        parser.error("--before is required (or --summarize)")
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     variants = list(VARIANTS)
     for also in args.also:
@@ -164,23 +211,10 @@ def main(argv: list[str] | None = None) -> None:
                 for variant, busy in variants:
                     run(variant, busy, cell, shape, rnd)
     if args.json is not None:
-        args.json.write_text(json.dumps({"capacity": capacity, "runs": runs}, indent=1))
+        sitting = {"capacity": capacity, "duration": args.duration, "runs": runs}
+        args.json.write_text(json.dumps(sitting, indent=1))
     print(f"\ncapacity {capacity:.0f} tx/s; median [min-max] over {args.rounds} rounds")
-    for cell, _ in cells:
-        for variant, busy in variants:
-            rs = [
-                r
-                for r in runs
-                if (r["cell"], r["variant"], r["busy_poll"]) == (cell, variant, busy)
-            ]
-            print(f"{cell:9} {variant:7} busy_poll={busy:6} "
-                  f"tx/s {_spread([r['tx_s'] for r in rs], '.0f')}  "
-                  f"cpu% {_spread([r['cpu_pct'] for r in rs], '.1f')}  "
-                  f"us/tx {_spread([r['us_tx'] for r in rs], '.1f')}  "
-                  f"p50 {_spread([r['p50'] for r in rs], '.0f')}  "
-                  f"p99 {_spread([r['p99'] for r in rs], '.0f')}  "
-                  f"spin s/s {_spread([r['spin_s'] / (args.duration + 1) for r in rs], '.3f')}  "
-                  f"other% {_spread([r['other_pct'] for r in rs], '.0f')}")  # fmt: skip
+    summarize(runs, args.duration, None)
 
 
 if __name__ == "__main__":

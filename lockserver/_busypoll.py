@@ -20,16 +20,18 @@ the spinning is bounded by what it saves and by the load:
   (its thread's CPU time around the wait, :meth:`BusyPoll.slept`): the hit is credited with
   that. A spin that finds nothing (a *miss*) costs its length and saves nothing. On top,
   every batch adds ``SPIN_SHARE`` (15%) of its serving time. The budget holds at most
-  ``window``; a spin starts only when the budget covers the expected gap (a moving average of
-  the close gaps), so it is likely to end in a hit, and it ends when the budget is spent.
+  ``window``. A spin may run up to the budget plus one sleep (the saving of the hit it hopes
+  for), never past ``window``; it starts only when that covers the expected gap (a moving
+  average of the close gaps), so it is likely to end in a hit.
 
-So the CPU spun beyond the sleeps it saved is at most ``SPIN_SHARE`` of the time spent serving
-(plus one poll of overdraft, paid back before the next spin): within 15% of the server's CPU
-without busy polling, at any load. Where a sleep costs more than the gap (a virtual machine:
-the benchmark machine measures 60-90 us of poller CPU per sleep) spinning through a dense
-stream pays for itself and the poller spins as it always did; where sleeping is cheap it
-spins on the share alone, at the gaps it can afford. A lull costs one miss (at most
-``window``), after which the server sleeps until traffic is dense again.
+So the CPU spun beyond the sleeps it saved is at most ``SPIN_SHARE`` of the time spent serving,
+plus one window (the debt one miss may leave, paid back before the next spin can start):
+within 15% of the server's CPU without busy polling, at any load. Where a sleep costs more
+than the gap (a virtual machine: the benchmark machine measures 60-90 us of poller CPU per
+sleep) spinning through a dense stream pays for itself and the poller spins as it always did,
+straight back after a miss; where sleeping is cheap it spins on the share alone, at the gaps
+it can afford. A lull costs one miss (at most ``window``), after which the server sleeps until
+traffic is dense again.
 
 What it spun and saved is reported (statistics ``server``: ``busy_poll_hits``,
 ``busy_poll_misses``, ``busy_poll_seconds``, ``busy_poll_wake_seconds``). ``window == 0``
@@ -85,10 +87,10 @@ class BusyPoll:
         self.spinning = False
         #: Moving share of recent batches that came within ``window`` of the one before.
         self.density = 0.0
-        #: Seconds of spinning the poller can afford now, at most ``window``: a hit adds the
-        #: sleep it saved (``wake``) and spends its gap, a miss spends its length, a batch
-        #: adds ``SPIN_SHARE`` of its serving time. A spin may overdraw it by one poll; the
-        #: debt is paid before the next spin.
+        #: Seconds of spinning paid for, at most ``window``: a hit adds the sleep it saved
+        #: (``wake``) and spends its gap, a miss spends its length, a batch adds
+        #: ``SPIN_SHARE`` of its serving time. A spin may run ``wake`` past it (to be paid
+        #: back by the hit it hopes for; a miss leaves that debt, plus at most one poll).
         self.budget = 0.0
         #: Moving average of the close gaps (those within ``window``): what a hit costs.
         self.gap = 0.0
@@ -113,7 +115,9 @@ class BusyPoll:
         else:
             self.density -= self.density * _ALPHA
         self.budget = min(self.budget + (end - start) * SPIN_SHARE, self.window)
-        self.spinning = self.density >= _DENSE and self.budget >= self.gap and self.budget > 0
+        # A spin that ends in a hit gives back a sleep: it may reach that far into debt.
+        afford = self.budget + self.wake
+        self.spinning = self.density >= _DENSE and afford >= self.gap and afford > 0
         self._since = end
 
     def slept(self, cpu: float) -> None:
@@ -125,7 +129,7 @@ class BusyPoll:
     def idle(self, now: float) -> bool:
         """A poll found nothing at ``now``; True: keep spinning, False: go to sleep."""
         spun = now - self._since
-        if spun < self.budget:
+        if spun < min(self.budget + self.wake, self.window):
             return True
         self.spinning = False
         self.misses += 1

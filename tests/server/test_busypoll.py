@@ -138,12 +138,13 @@ def test_spin_beyond_the_sleeps_it_saves_stays_within_its_share(
 ) -> None:
     """Any steady rate (busy 5% to 100%) and any cost of a sleep: the time spun, less the
     sleeps the hits saved (at most ``window`` each), is at most SPIN_SHARE of the time
-    served, plus one poll (a spin that runs out may overdraw by one)."""
+    served, plus one sleep and one poll (the debt a miss may leave)."""
     bp = BusyPoll(W)
     work = period * load
     n = 2000
     _paced(bp, period, work, n, wake=wake)
-    assert bp.seconds - bp.hits * min(wake, W) <= SPIN_SHARE * n * work + STEP + 1e-12
+    debt = min(wake, W) + STEP
+    assert bp.seconds - bp.hits * bp.wake <= SPIN_SHARE * n * work + debt + 1e-12
 
 
 def test_a_sleep_cost_is_averaged_and_capped_at_the_window() -> None:
@@ -174,11 +175,45 @@ def test_a_hit_is_credited_with_the_sleep_it_saved() -> None:
     assert bp.spinning
     assert bp.budget == W
     budget, wake, hits = bp.budget, bp.wake, bp.hits
-    bp.served(t + 0.00005, t + 0.00005)  # a hit after 50 us, serving nothing
+    t += 0.00005
+    bp.served(t, t)  # a hit after 50 us, serving nothing
     assert bp.budget == pytest.approx(budget - 0.00005 + wake)
     assert bp.hits == hits + 1
-    assert not bp.idle(t + 0.00005 + bp.budget)  # a miss: spends, earns nothing
-    assert bp.budget == pytest.approx(0.0, abs=1e-12)
+    assert not bp.idle(t + W * 1.001)  # a miss of a whole window: spends it, earns nothing
+    assert bp.budget == pytest.approx(budget - 0.00005 + wake - W * 1.001)
+
+
+def test_a_spin_may_reach_one_sleep_into_debt() -> None:
+    """At the bound (exact binary times): with a sleep costing ~15 us, a spin goes on until it
+    has spent its budget plus that sleep (which the hit it hopes for would give back), never
+    past ``window``; the miss leaves the debt."""
+    bp = BusyPoll(W)
+    bp.served(0.0, 2.0**-10)
+    bp.spinning, bp.budget, bp.wake = True, 2.0**-15, 2.0**-16  # ~30 us paid, ~15 us a sleep
+    limit = 2.0**-10 + 2.0**-15 + 2.0**-16
+    assert bp.idle(limit - 2.0**-30) is True
+    assert bp.idle(limit) is False
+    assert (bp.misses, bp.seconds, bp.budget) == (1, 2.0**-15 + 2.0**-16, -(2.0**-16))
+    bp.served(1.0, 1.0)  # far: sleeps now
+    bp.spinning, bp.budget, bp.wake = True, W, W  # however much is paid and saved
+    assert bp.idle(1.0 + W * 0.999) is True
+    assert bp.idle(1.0 + W * 1.001) is False  # a spin never runs past the window
+
+
+def test_after_a_miss_costly_sleeps_bring_the_spinning_straight_back() -> None:
+    """Requests every 70 us taking 40 us (gaps of 30 us). Where a sleep costs 60 us, the
+    poller that missed once (a lull) spins again at the very next batch, though the miss
+    emptied its budget: the hit it expects pays for itself. Where sleeping is free it has to
+    save up a gap's worth first (6 us a batch)."""
+    for wake, spins_again in [(0.00006, True), (0.0, False)]:
+        bp = BusyPoll(W)
+        t = _paced(bp, 0.00007, WORK, 300, wake=wake)
+        while not bp.spinning:
+            t = _paced(bp, 0.00007, WORK, 1, t, t - WORK, wake=wake)
+        assert not bp.idle(t + W * 1.001)  # the lull: a miss of the whole window
+        assert bp.budget <= 0.0
+        t = _paced(bp, 0.00007, WORK, 1, t, t - WORK + W, wake=wake)  # the next request
+        assert bp.spinning is spins_again
 
 
 def test_a_lull_costs_at_most_the_budget_then_sleeps() -> None:
@@ -197,8 +232,8 @@ def test_a_lull_costs_at_most_the_budget_then_sleeps() -> None:
 
 
 def test_idle_stops_exactly_at_the_budget() -> None:
-    """At the bound (exact binary times): a poll before the budget is spent keeps spinning,
-    the poll at it stops, bills the miss and leaves the budget at 0."""
+    """At the bound (exact binary times), sleeps costing nothing: a poll before the budget is
+    spent keeps spinning, the poll at it stops, bills the miss and leaves the budget at 0."""
     bp = BusyPoll(W)
     bp.served(0.0, 2.0**-10)
     bp.spinning, bp.budget = True, 2.0**-15  # ~30 us left to spin
@@ -299,9 +334,9 @@ def test_alternating_close_and_far_gaps_settle_to_sleeping() -> None:
 def test_invariants_under_any_timing(window: float, steps: list[tuple[str, float]]) -> None:
     """Driven as the poll loop drives it (``idle`` only while spinning, ``slept`` only while
     not), with any timing and any cost of a sleep: the policy never spins with window 0,
-    never keeps spinning past its budget, never holds more than one window of budget, never
-    spins more than the sleeps it saved plus SPIN_SHARE of the time served plus one late
-    poll, and its counts add up."""
+    never holds more than one window of budget nor owes more than one window and one late
+    poll, never spins more than the sleeps it saved plus SPIN_SHARE of the time served plus
+    that debt, and its counts add up."""
     bp = BusyPoll(window)
     t = 0.0
     batches = 0
@@ -326,11 +361,11 @@ def test_invariants_under_any_timing(window: float, steps: list[tuple[str, float
         elif kind == "sleep" and not bp.spinning:
             bp.slept(dt)
         assert not (window == 0 and bp.spinning)
-        assert bp.budget <= window
+        assert -window - late - 1e-12 <= bp.budget <= window
         assert 0.0 <= bp.wake <= window
-        assert not (bp.spinning and bp.budget <= 0)
+        assert not (bp.spinning and bp.budget + bp.wake <= 0)
         assert bp.hits + bp.misses <= batches + 1
-        assert 0.0 <= bp.seconds <= saved + SPIN_SHARE * served + late + 1e-12
+        assert 0.0 <= bp.seconds <= saved + SPIN_SHARE * served + window + late + 1e-12
     if window == 0:
         assert (bp.hits, bp.misses, bp.seconds) == (0, 0, 0.0)
 
