@@ -31,7 +31,11 @@ than the gap (a virtual machine: the benchmark machine measures 60-90 us of poll
 sleep) spinning through a dense stream pays for itself and the poller spins as it always did,
 straight back after a miss; where sleeping is cheap it spins on the share alone, at the gaps
 it can afford. A lull costs one miss (at most ``window``), after which the server sleeps until
-traffic is dense again.
+traffic is dense again. Measured on that machine, pinned, 64 connections paced at 10%, 50% and
+65% of their capacity (``python -m benchmarks.busypoll_cost``, benchmarks/README.md): server
+CPU within 10% of busy_poll 0 at each (spinning 0, 0.18 and 0.28 s per s); at 65% p50 190 ->
+166 us and p99 24 -> 5 ms; one connection in strict request/response 4.7k -> 6.0k tx/s, p50
+200 -> 156 us.
 
 What it spun and saved is reported (statistics ``server``: ``busy_poll_hits``,
 ``busy_poll_misses``, ``busy_poll_seconds``, ``busy_poll_wake_seconds``). ``window == 0``
