@@ -25,7 +25,8 @@ the spinning is bounded by what it saves and by the load:
   average of the close gaps), so it is likely to end in a hit.
 
 So the CPU spun beyond the sleeps it saved is at most ``SPIN_SHARE`` of the time spent serving,
-plus one window (the debt one miss may leave, paid back before the next spin can start):
+plus one window (the debt one miss may leave, paid back before the next spin can start; a spin
+is billed at most one window, whatever stopped the process meanwhile):
 within 15% of the server's CPU without busy polling, at any load. Where a sleep costs more
 than the gap (a virtual machine: the benchmark machine measures 60-90 us of poller CPU per
 sleep) spinning through a dense stream pays for itself and the poller spins as it always did,
@@ -111,8 +112,9 @@ class BusyPoll:
         gap = start - self._since
         if self.spinning:
             self.hits += 1
-            self.seconds += gap
-            self.budget += self.wake - gap
+            spun = min(gap, self.window)  # see idle
+            self.seconds += spun
+            self.budget += self.wake - spun
         if gap <= self.window:
             self.density += (1.0 - self.density) * _ALPHA
             self.gap += (gap - self.gap) * _ALPHA
@@ -135,6 +137,10 @@ class BusyPoll:
         spun = now - self._since
         if spun < min(self.budget + self.wake, self.window):
             return True
+        # A spin is never meant to run past the window: time beyond it was not spent polling
+        # (the process was stopped or descheduled, or a long task ran) and is not billed, so
+        # a SIGSTOP or a collector pause while spinning cannot leave a debt of seconds.
+        spun = min(spun, self.window)
         self.spinning = False
         self.misses += 1
         self.seconds += spun
