@@ -30,6 +30,7 @@ from typing import Any
 import attrs
 
 from ._hdr import PERCENTILES
+from ._spawn import server_root
 
 __all__ = [
     "SCHEMA",
@@ -244,7 +245,9 @@ def read_document(path: str | os.PathLike[str]) -> ResultDocument:
 
 def machine_info() -> dict[str, Any]:
     """The machine a result was measured on: cores, CPU model, Python, package versions, the
-    git commit of the tree, and redis-server's version when installed."""
+    git commit of the tree, the directory and commit of the code a spawned lockserver runs
+    (``$LOCKBENCH_SERVER_ROOT`` names another checkout), and redis-server's version when
+    installed."""
     cpu = platform.processor() or "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -259,6 +262,7 @@ def machine_info() -> dict[str, Any]:
             packages[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             packages[name] = None
+    root = server_root()
     return {
         "nproc": os.cpu_count(),
         "cpu": cpu,
@@ -267,11 +271,13 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "packages": packages,
         "commit": _run(["git", "rev-parse", "--short", "HEAD"]),
+        "server_root": str(root),
+        "server_commit": _run(["git", "rev-parse", "--short", "HEAD"], root),
         "redis_server": _run(["redis-server", "--version"]),
     }
 
 
-def _run(cmd: list[str]) -> str | None:
+def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
     try:
         out = subprocess.run(
             cmd,
@@ -279,7 +285,7 @@ def _run(cmd: list[str]) -> str | None:
             text=True,
             timeout=5,
             check=True,
-            cwd=Path(__file__).resolve().parent,
+            cwd=cwd or Path(__file__).resolve().parent,
         )
     except (OSError, subprocess.SubprocessError):
         return None

@@ -52,6 +52,7 @@ __all__ = [
     "find_pid_by_port",
     "free_port",
     "redis_server_path",
+    "server_root",
     "spawned",
     "spawned_shards",
 ]
@@ -153,10 +154,34 @@ def spawned_shards(shards: int, args: Sequence[str] = ()) -> Iterator[tuple[Serv
             _stop(proc)
 
 
+#: Names another checkout whose ``lockserver`` a spawned server runs instead of this one's,
+#: so a before/after sitting measures two commits with the same load generator.
+SERVER_ROOT_VARIABLE = "LOCKBENCH_SERVER_ROOT"
+
+
+def server_root() -> Path:
+    """The directory a spawned ``lockserver`` is imported from: ``$LOCKBENCH_SERVER_ROOT``
+    when set (it must hold a ``lockserver`` package), else this package's own root.
+
+    Raises:
+        SpawnError: the variable names a directory without a ``lockserver`` package.
+    """
+    named = os.environ.get(SERVER_ROOT_VARIABLE, "").strip()
+    if not named:
+        return PACKAGES_ROOT
+    root = Path(named).expanduser().resolve()
+    if not (root / "lockserver" / "__main__.py").is_file():
+        raise SpawnError(
+            f"{SERVER_ROOT_VARIABLE}={named}: no lockserver package there "
+            f"(expected {root / 'lockserver' / '__main__.py'})"
+        )
+    return root
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     path = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(PACKAGES_ROOT) + (os.pathsep + path if path else "")
+    env["PYTHONPATH"] = str(server_root()) + (os.pathsep + path if path else "")
     return env
 
 
@@ -173,7 +198,7 @@ def _start_lockserver(
     args: Sequence[str] = (),
     cpus: frozenset[int] | None = None,
 ) -> tuple[subprocess.Popen[bytes], list[tuple[str, int]]]:
-    # -P: PACKAGES_ROOT (on PYTHONPATH), not a checkout in the working directory, is the code.
+    # -P: server_root() (on PYTHONPATH), not a checkout in the working directory, is the code.
     cmd = [sys.executable, "-P", "-m", "lockserver", "--port", "0", *args]
     if shards > 1:
         cmd += ["--processes", str(shards)]
