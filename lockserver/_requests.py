@@ -276,7 +276,7 @@ class RequestHandler:
                 return False
             source: object = principal.name
         else:
-            source = c
+            source = c.number  # not the Peer: a closed connection is freed at once (_peer.py)
         trust = self.trust
         trust.record_call(now, source=source)
         # Positional: the hot path's one door call (owner, request id, session, transaction,
