@@ -50,6 +50,7 @@ Prior art: Redis's ``client-output-buffer-limit`` (the slow-consumer rule), trio
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import socket
@@ -94,6 +95,9 @@ class Totals:
         self.blocked = 0
 
 
+_NUMBERS: Final = itertools.count(1)
+
+
 class Peer:
     """One connection's state. Plain slotted class: touched on every request.
 
@@ -102,6 +106,7 @@ class Peer:
     """
 
     __slots__ = (
+        "__weakref__",  # tests prove a closed connection is freed (weakref.ref)
         "address",
         "blocked",
         "client_name",
@@ -114,6 +119,7 @@ class Peer:
         "last_recv",
         "max_send_buffer",
         "name",
+        "number",
         "nursery",
         "on_slow",
         "opened_at",
@@ -148,6 +154,11 @@ class Peer:
         self.sock = sock
         self.fd = sock.fileno()
         self.name = name
+        # This connection's calls in the trust monitor are counted under this number, not
+        # under the Peer: the monitor keeps a source's counts for a few ticks after its last
+        # call (more while traffic stops), and a closed connection must not be kept alive
+        # that long. Unique in the process, never reused.
+        self.number = next(_NUMBERS)
         self.proto = proto
         self.max_send_buffer = max_send_buffer
         self.send_timeout = send_timeout

@@ -11,13 +11,20 @@ Theory of operation
 **Reading.** Every plain connection is read by ONE poller task (Linux): the sockets sit in
 a private level-triggered ``select.epoll`` whose own fd trio watches; on each wake-up the
 poller takes up to ``_POLL_BATCH`` ready sockets and, for each, does one ``recv_into``, feeds
-the sans-I/O ``protocol.Connection``, decodes and executes every complete frame, appends every
-reply to the connection's outbox and sends the outbox with one ``send`` — all synchronously
-(a long batch sends every ``_EARLY_FLUSH`` bytes of replies on the way, so the client can
-decode them while the rest is served). While traffic is dense the poller keeps polling for a
-moment after a batch instead of sleeping (``busy_poll``, the policy in ``_busypoll.py``, which
-weighs each spin against what a sleep costs: the poller measures its thread's CPU around
-every sleep).
+the sans-I/O ``protocol.Connection``, decodes and executes every complete frame and appends
+every reply to the connection's outbox; once every ready connection has been served, each
+outbox goes out with one ``send`` — all synchronously (a long batch sends every
+``_EARLY_FLUSH`` bytes of replies on the way, so the client can decode them while the rest
+is served). While traffic is dense the poller keeps polling for a moment after a batch
+instead of sleeping (``busy_poll``, the policy in ``_busypoll.py``, which weighs each spin
+against what a sleep costs: the poller measures its thread's CPU around every sleep).
+Why the sends wait for the end of the pass: a ``send`` that wakes a client sleeping on
+another CPU pays a cross-CPU wake-up (py-spy: ~30 us of this VM's server CPU per send, half
+of the per-request CPU with 64 unpipelined connections); sent back to back, the first wakes
+the client and the next ones find it running (issue 19, pinned, 64 unpipelined connections,
+three interleaved rounds: 59.6 -> 42.3 us of server CPU per request, 16.8k -> 23.7k tx/s;
+one pipelined connection unchanged). An early reply of a pass waits at most for the rest of
+the pass.
 Why: a task per connection costs, per request, a trio task switch and an ``epoll_ctl``
 re-arm (trio registers one-shot); one wake-up now serves every connection that has data, and
 a socket stays registered while it lives (measured with 64 unpipelined connections: 25-28 ->
@@ -127,7 +134,7 @@ class Reader:
 
     def __init__(
         self,
-        serve: Callable[[Peer, memoryview], bool],
+        serve: Callable[[Peer, memoryview, bool], bool],
         *,
         totals: Totals,
         busy_poll: BusyPoll,
@@ -152,6 +159,9 @@ class Reader:
         self.recv_view = memoryview(self.recv_buffer)
         # Reads every plain connection from one task (None: no epoll on this platform).
         self.poller: Poller | None = Poller() if hasattr(select, "epoll") else None
+        # The connections served in the current poller pass, whose replies are sent at its
+        # end (module header: why).
+        self._unsent: list[Peer] = []
         self.overloaded_drops = 0
 
     def close(self) -> None:
@@ -170,7 +180,7 @@ class Reader:
             return bytes(first)
         requests = self.counted.requests_total
         start = time.perf_counter()
-        keep = self._process(c, first)
+        keep = self._process(c, first, True)
         served = self.counted.requests_total - requests
         if served:
             self.durations.observe(time.perf_counter() - start, served)
@@ -213,7 +223,8 @@ class Reader:
             return n
 
     def _read_ready(self, c: Peer) -> None:
-        """The poller found ``c`` readable: one receive, every complete frame served."""
+        """The poller found ``c`` readable: one receive, every complete frame served; its
+        replies are sent at the end of the pass (``_unsent``)."""
         # A peer stopped earlier in this pass (an answer to its parked request closed it)
         # is read no more.
         if c.dead or c.stopping or c.read_done is None or c.read_done.is_set():
@@ -233,7 +244,8 @@ class Reader:
                 self._read_stop(c)
                 return
             before = c.pending
-            if not self._process(c, self.recv_view[:n]) or (
+            self._unsent.append(c)
+            if not self._process(c, self.recv_view[:n], False) or (
                 (before or c.proto.buffered) and not self._buffered(c, before, n)
             ):
                 self._read_stop(c)
@@ -261,6 +273,7 @@ class Reader:
         counted = self.counted
         observe = self.durations.observe
         after_pass = self.after_pass
+        unsent = self._unsent
         while True:
             if busy.spinning:
                 await checkpoint()  # other tasks and timers run; cancellable
@@ -278,6 +291,9 @@ class Reader:
                 start = clock()
                 for c in batch:
                     ready(c)
+                for c in unsent:
+                    c.send_pending()
+                unsent.clear()
                 end = clock()
                 busy.served(start, end)
                 served = counted.requests_total - before
@@ -318,7 +334,7 @@ class Reader:
             before = c.pending
             requests = counted.requests_total
             start = clock()
-            keep = process(c, view[:n])
+            keep = process(c, view[:n], True)
             served = counted.requests_total - requests
             if served:
                 observe(clock() - start, served)

@@ -174,8 +174,10 @@ class RequestHandler:
         self.feed_dropped = 0
         self.feed_buffer = min(FEED_BUFFER, config.max_send_buffer // 2)
 
-    def process(self, c: Peer, data: memoryview) -> bool:
+    def process(self, c: Peer, data: memoryview, send: bool = True) -> bool:
         """Decode and serve every complete frame in ``data``; False: close the connection.
+        ``send``: send the replies now; False when the caller sends them (``c.send_pending``)
+        once it has served every connection of its pass (the poller, ``_reading.py``).
 
         Synchronous on purpose: the whole batch runs without an await.
         """
@@ -233,7 +235,8 @@ class RequestHandler:
                 if proto.state is _CLOSED:  # a closing error was sent: read nothing more
                     keep = False
                     break
-        c.send_pending()
+        if send:
+            c.send_pending()
         return keep and not c.dead
 
     def _execute(self, c: Peer, msg: Execute, now: float) -> bool:
@@ -273,7 +276,7 @@ class RequestHandler:
                 return False
             source: object = principal.name
         else:
-            source = c
+            source = c.number  # not the Peer: a closed connection is freed at once (_peer.py)
         trust = self.trust
         trust.record_call(now, source=source)
         # Positional: the hot path's one door call (owner, request id, session, transaction,

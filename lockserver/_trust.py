@@ -10,8 +10,8 @@ learns a NORM (the call rate it is used to) and reports ``TRUST = current load /
 1. It costs no extra network call; it is a speculation, and the docs say so.
 
 Trust is meant to detect a network problem, not to be steerable by one peer, so calls are
-attributed to *sources* (the shell passes the connection, or the principal's name when tokens
-are configured) and no source counts more than the typical one (see "Sources" below).
+attributed to *sources* (the shell passes the connection's number, or the principal's name
+when tokens are configured) and no source counts more than the typical one (see "Sources" below).
 
 Rules it keeps
 ==============
@@ -315,9 +315,11 @@ class TrustMonitor:
     def record_call(self, now: float, n: int = 1, source: Hashable = None) -> None:
         """Count ``n >= 0`` calls from ``source`` at time ``now``.
 
-        ``source`` is whoever the calls are attributed to (the shell passes the connection, or
-        the principal's name when tokens are configured); calls without one share the source
-        ``None``. The hot path: O(1), no validation of ``n`` or ``source``.
+        ``source`` is whoever the calls are attributed to (the shell passes the connection's
+        number, or the principal's name when tokens are configured); calls without one share
+        the source ``None``. A source is kept for a few ticks after its last call, so pass a
+        small value, not an object that should be freed when its owner goes. The hot path:
+        O(1), no validation of ``n`` or ``source``.
         """
         if now >= self._next_tick_at:
             self._catch_up(now)

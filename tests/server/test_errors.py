@@ -229,10 +229,10 @@ async def test_error_outside_any_request_closes_only_that_connection(
     reader: Any = server._shell.reader
     real_process = reader._process
 
-    def process(c: Any, data: Any) -> bool:
+    def process(c: Any, data: Any, send: bool) -> bool:
         if b"boom" in bytes(data):
             raise RuntimeError("simulated reader bug")
-        return bool(real_process(c, data))
+        return bool(real_process(c, data, send))
 
     monkeypatch.setattr(reader, "_process", process)
     with trio.fail_after(5):

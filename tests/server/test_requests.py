@@ -4,6 +4,7 @@ and pipelining."""
 from __future__ import annotations
 
 import gc
+import weakref
 from pathlib import Path
 
 import pytest
@@ -387,3 +388,24 @@ async def test_one_session_spans_namespaces_and_its_entry_limit_counts_them_all(
             assert await c.end_session("s")
             assert (await d.execute("t1", LOCK, namespace="ns1")).ok
             assert (await d.execute("t2", LOCK, namespace="ns2")).ok
+
+
+async def test_a_closed_connection_is_freed_at_once(server: RunningServer) -> None:
+    """Once a connection that made calls is closed and the server has dropped it, nothing
+    keeps its Peer alive: the trust monitor counts the calls under the connection's number,
+    not under the Peer (it keeps a source's counts for ticks after its last call). Another
+    connection's call first, so that the accept loop's and the poller's loop variables (the
+    last connection accepted, the last pass) no longer name it."""
+    shell = server._shell
+    with trio.fail_after(5):
+        async with await WireClient.connect(server) as c:
+            assert (await c.execute("freed", Assert(SetVar("t", "v")))).ok
+            [peer] = shell.clients
+            ref = weakref.ref(peer)
+            del peer
+        await wait_for(lambda: not shell.clients)
+        async with await WireClient.connect(server) as other:
+            assert (await other.execute("other", Assert(SetVar("t", "w")))).ok
+    gc.collect()
+    assert ref() is None
+    assert shell.trust.statistics(trio.current_time()).calls_total >= 2
