@@ -19,6 +19,12 @@ and ``strict`` (1 connection x 1: the latency of one transaction, p50/p99). etcd
 no pipelining over HTTP/1.1: its "pipelined" and "c64" figures are 64 concurrent workers, its
 "strict" one worker.
 
+Each run also reports the CPU per transaction of every process (each replica and etcd from
+``/proc``, whichever system runs; the load from this process's children or, for etcd's lock,
+this process), counted over the warm-up and the window: the machine's CPU per transaction is
+what bounds a group whose replicas, etcd and load share the cores. ``--systems`` picks the
+systems (e.g. ``group`` alone, to compare two versions of the code interleaved).
+
     python -m benchmarks.replication_bench --rounds 2 --duration 6
 """
 
