@@ -19,6 +19,12 @@ and ``strict`` (1 connection x 1: the latency of one transaction, p50/p99). etcd
 no pipelining over HTTP/1.1: its "pipelined" and "c64" figures are 64 concurrent workers, its
 "strict" one worker.
 
+Each run also reports the CPU per transaction of every process (each replica and etcd from
+``/proc``, whichever system runs; the load from this process's children or, for etcd's lock,
+this process), counted over the warm-up and the window: the machine's CPU per transaction is
+what bounds a group whose replicas, etcd and load share the cores. ``--systems`` picks the
+systems (e.g. ``group`` alone, to compare two versions of the code interleaved).
+
     python -m benchmarks.replication_bench --rounds 2 --duration 6
 """
 
@@ -26,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,6 +46,21 @@ from typing import Any
 __all__ = ["main"]
 
 SHAPES = {"pipelined": (1, 64), "c64": (64, 1), "strict": (1, 1)}
+SYSTEMS = ("standalone", "group", "etcd lock")
+WARMUP = 1.0
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def children_cpu() -> float:
+    """User + system CPU seconds of this process's waited-for children (the load)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def blast(target: str | None, shape: str, duration: float, out: Path) -> dict[str, Any]:
@@ -56,7 +79,7 @@ def blast(target: str | None, shape: str, duration: float, out: Path) -> dict[st
         "--duration",
         str(duration),
         "--warmup",
-        "1",
+        str(WARMUP),
         "--json",
         str(out),
     ]
@@ -127,7 +150,10 @@ def etcd_lock(endpoints: list[str], shape: str, duration: float, workers: int) -
     import trio
 
     n = 1 if shape == "strict" else workers
-    return trio.run(_etcd_lock, endpoints, n, duration)
+    t = time.process_time()
+    r: dict[str, Any] = trio.run(_etcd_lock, endpoints, n, duration)
+    r["load_cpu"] = time.process_time() - t
+    return r
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,9 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=6.0)
     p.add_argument("--etcd-workers", type=int, default=64)
     p.add_argument("--shapes", default="pipelined,c64,strict")
+    p.add_argument("--systems", default=",".join(SYSTEMS))
     p.add_argument("--json", default=None, help="write every run here")
     args = p.parse_args(argv)
     shapes = args.shapes.split(",")
+    systems = [s for s in SYSTEMS if s in args.systems.split(",")]
     work = Path(tempfile.mkdtemp(prefix="replication-bench-"))
     runs: list[dict[str, Any]] = []
     with EtcdCluster(work / "etcd") as etcd:
@@ -151,20 +179,33 @@ def main(argv: list[str] | None = None) -> int:
             target = f"lockserver://{group.addresses[0]}"
             for rnd in range(args.rounds):
                 for shape in shapes:
-                    for system in ("standalone", "group", "etcd lock"):
+                    for system in systems:
                         out = work / f"{rnd}-{shape}-{system.replace(' ', '_')}.json"
+                        procs = [*(r.process for r in group.replicas), etcd.members[0].process]
+                        names = [f"replica{i}" for i in range(len(group.replicas))] + ["etcd"]
+                        pids = {n: p.pid for n, p in zip(names, procs, strict=True) if p}
+                        before = {k: cpu_seconds(pid) for k, pid in pids.items()}
+                        load_before = children_cpu()
                         if system == "standalone":
                             r = blast(None, shape, args.duration, out)
                         elif system == "group":
                             r = blast(target, shape, args.duration, out)
                         else:
                             r = etcd_lock(etcd.endpoints, shape, args.duration, args.etcd_workers)
+                        cpu = {k: cpu_seconds(pid) - before[k] for k, pid in pids.items()}
+                        cpu["load"] = r.pop("load_cpu", None) or children_cpu() - load_before
+                        # CPU counts the warm-up too (blast's --warmup; etcd lock's 1 s)
+                        txs = r["tx_per_s"] * (args.duration + WARMUP)
+                        r["cpu_us_per_tx"] = {k: v / txs * 1e6 for k, v in cpu.items()}
                         r.update(round=rnd, shape=shape, system=system)
                         runs.append(r)
+                        per = r["cpu_us_per_tx"]
                         print(
                             f"round {rnd} {shape:9} {system:10} {r['tx_per_s']:9,.0f} tx/s  "
                             f"p50 {r['p50_us'] or 0:8,.0f} µs  p99 {r['p99_us'] or 0:9,.0f} µs  "
-                            f"errors {r['errors']}",
+                            f"errors {r['errors']}  CPU µs/tx "
+                            + " ".join(f"{k} {v:,.0f}" for k, v in per.items())
+                            + f" total {sum(per.values()):,.0f}",
                             flush=True,
                         )
     print("\nmedians over the rounds (tx/s; p50/p99 µs)")
@@ -175,13 +216,17 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|")
     for shape in shapes:
         cell = {}
-        for system in ("standalone", "group", "etcd lock"):
+        for system in SYSTEMS:
             rs = [r for r in runs if r["shape"] == shape and r["system"] == system]
+            if not rs:
+                continue
             cell[system] = (
                 statistics.median(r["tx_per_s"] for r in rs),
                 statistics.median(r["p50_us"] or 0 for r in rs),
                 statistics.median(r["p99_us"] or 0 for r in rs),
             )
+        if len(cell) < len(SYSTEMS):
+            continue
         s, g, e = cell["standalone"], cell["group"], cell["etcd lock"]
         print(
             f"| {shape} | {s[0]:,.0f} ({s[1]:,.0f}/{s[2]:,.0f}) | {g[0]:,.0f} ({g[1]:,.0f}/"

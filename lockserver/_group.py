@@ -194,11 +194,24 @@ class GroupState:
 
     # --- events of the log --------------------------------------------------------------------
 
-    def apply_entry(self, data: bytes, revision: int) -> list[Output]:
+    def apply_entry(
+        self,
+        data: bytes,
+        revision: int,
+        decoded: Callable[[str, int], list[Any] | None] | None = None,
+    ) -> list[Output]:
         """Apply one log entry found at ``revision``. An entry of a replica that is not
-        registered (gone, or never) or of a batch applied already changes nothing."""
+        registered (gone, or never) or of a batch applied already changes nothing.
+
+        ``decoded(replica, batch)``, when given, may return the entry's requests as the
+        proposer held them (one per op, None where it holds none): the request of an
+        execute op is taken from there instead of decoded from its wire map again. That
+        changes no outcome: the wire map is ``request_to_wire`` of that very request, and
+        decoding it gives an equal request (the protocol's round trip) -- the proposer only
+        skips the work the others do."""
         self.revision = revision
         replica, batch, stamp, trust, ops = decode_entry(data)
+        held = decoded(replica, batch) if decoded is not None else None
         if replica not in self.replicas or batch <= self.batches.get(replica, 0):
             self.skipped += 1
             return []
@@ -213,8 +226,12 @@ class GroupState:
         engine.fence = max(engine.fence, floor)
         out = core.advance(now, trust=trust)
         owners = self.owners.setdefault(replica, {})
-        for op in ops:
-            out += self._op(replica, owners, op, now, trust)
+        if held is not None and len(held) == len(ops):
+            for op, request in zip(ops, held, strict=True):
+                out += self._op(replica, owners, op, now, trust, request)
+        else:
+            for op in ops:
+                out += self._op(replica, owners, op, now, trust)
         return out
 
     def apply_registered(self, replica: str, address: str, revision: int) -> list[Output]:
@@ -245,13 +262,14 @@ class GroupState:
         op: list[Any],
         now: float,
         trust: float,
+        request: Any = None,
     ) -> list[Output]:
         kind = op[0]
         owner = (replica, int(op[1])) if kind != "t" else None
         core = self.core
         if kind == "x":
             owners[owner] = None  # type: ignore[index]
-            msg: Any = request_from_wire(op[3], _LOG_LIMITS)
+            msg: Any = request_from_wire(op[3], _LOG_LIMITS) if request is None else request
             assert type(msg) is Execute
             sid = msg.session.session_id
             out: list[Output] = []

@@ -134,6 +134,11 @@ class Replica:
         self._peers: dict[int, Peer] = {}
         self._next = 0
         self._ops: list[list[Any]] = []
+        # the request each op carries, as this replica decoded it from its client (None for
+        # ops without one), parallel to _ops; then per proposed entry (rid, batch) until it
+        # is applied: applying its own entry, a replica does not decode them again
+        self._requests: list[Any] = []
+        self._proposed: dict[tuple[str, int], list[Any]] = {}
         self._have_ops = trio.Event()
         self.tick_pending = False
         self._reads: dict[tuple[int, int], Callable[[], list[Output]]] = {}
@@ -241,9 +246,18 @@ class Replica:
 
     # --- proposing ----------------------------------------------------------------------------
 
-    def propose(self, op: list[Any]) -> None:
+    def propose(self, op: list[Any], request: Any = None) -> None:
+        """Add ``op`` to the next proposal; ``request`` is the request its wire map encodes
+        (``request_to_wire(request)``), when it carries one."""
         self._ops.append(op)
+        self._requests.append(request)
         self._have_ops.set()
+
+    def _held(self, replica: str, batch: int) -> list[Any] | None:
+        """The requests of this replica's entry ``batch`` as proposed (and forgotten now)."""
+        if replica != self.rid or not self._proposed:
+            return None
+        return self._proposed.pop((replica, batch), None)
 
     def read(self, peer: Peer, request_id: int, answer: Callable[[Hashable], list[Output]]) -> None:
         """Answer a read once everything proposed before it has been applied: ``answer`` is
@@ -269,16 +283,22 @@ class Replica:
                 while not self.registered.is_set():
                     await self.registered.wait()
                 ops, self._ops = self._ops[:limit], self._ops[limit:]
+                requests, self._requests = self._requests[:limit], self._requests[limit:]
+                done = 0
                 for chunk in _fit(ops, self._entry):
-                    await self._commit(chunk)
+                    await self._commit(chunk, requests[done : done + len(chunk)])
+                    done += len(chunk)
 
     def _entry(self, ops: list[list[Any]]) -> bytes:
         now = trio.current_time()
         return encode_entry(self.rid, self.batch + 1, now + self.offset, self.trust(now), ops)
 
-    async def _commit(self, ops: list[list[Any]]) -> None:
+    async def _commit(self, ops: list[list[Any]], requests: list[Any]) -> None:
         """Put one entry, retried with the same batch number until ``commit_timeout``."""
         self.batch += 1
+        if len(self._proposed) > 64:  # entries that never came back (a failed commit, a reset)
+            self._proposed.clear()
+        self._proposed[self.rid, self.batch] = requests
         data = encode_entry(
             self.rid, self.batch, self.group_now(), self.trust(trio.current_time()), ops
         )
@@ -369,7 +389,7 @@ class Replica:
         key = ev.key
         if key == log_key:
             if ev.kind == "put":
-                outs += state.apply_entry(ev.value, ev.mod_revision)
+                outs += state.apply_entry(ev.value, ev.mod_revision, self._held)
                 self.applied_since_snapshot += 1
         elif key.startswith(replicas):
             rid = key[len(replicas) :].decode()
@@ -441,6 +461,8 @@ class Replica:
         self.resets += 1
         self._reads.clear()
         self._ops.clear()
+        self._requests.clear()
+        self._proposed.clear()
         self.on_reset(why)
         self._numbers.clear()
         self._peers.clear()
@@ -629,7 +651,8 @@ class ReplicatedDoor:
                 )
                 return [((owner, request_id), refusal)]
         n = r.number(owner)  # type: ignore[arg-type]
-        r.propose(["x", n, principal, wire(Execute(request_id, session, tx, wait))])
+        request = Execute(request_id, session, tx, wait)
+        r.propose(["x", n, principal, wire(request)], request)
         return []
 
     def end_session(
