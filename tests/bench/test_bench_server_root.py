@@ -47,9 +47,8 @@ def test_a_directory_without_the_package_is_refused(
     monkeypatch.setenv("LOCKBENCH_SERVER_ROOT", str(tmp_path))
     with pytest.raises(SpawnError, match=r"LOCKBENCH_SERVER_ROOT=.*no lockserver package"):
         server_root()
-    with pytest.raises(SpawnError, match="LOCKBENCH_SERVER_ROOT"):
-        with spawned(Backend.LOCKSERVER):
-            pass
+    with pytest.raises(SpawnError, match="LOCKBENCH_SERVER_ROOT"), spawned(Backend.LOCKSERVER):
+        pass
 
 
 def test_the_spawned_server_runs_the_named_checkout(
