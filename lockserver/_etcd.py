@@ -82,7 +82,7 @@ from ._etcd_json import (
     put_body,
     range_body,
 )
-from ._etcd_watch import WatchStream, transport_cause
+from ._etcd_watch import OneChunk, WatchStream, transport_cause
 
 __all__ = [
     "MAX_VALUE",
@@ -448,7 +448,7 @@ class Etcd:
                     headers=_JSON_HEADERS,
                     extensions={"timeout": self._timeouts},
                 )
-                request.stream = _Body(data)
+                request.stream = OneChunk(data)
                 response = await self._transport.handle_async_request(request)
                 try:
                     content = await response.aread()
@@ -573,29 +573,3 @@ def _normalize(endpoint: str) -> str:
     if "://" not in endpoint:
         endpoint = "http://" + endpoint
     return endpoint
-
-
-class _Body(httpx.AsyncByteStream):
-    """A request body of one chunk whose iterator is a plain object, not an async generator:
-    a send cut off by a cancellation leaves nothing for the collector to warn about (httpx's
-    own byte stream is an async generator, encode/httpx#3686)."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return _Once(self._data)
-
-
-class _Once:
-    def __init__(self, data: bytes) -> None:
-        self._data: bytes | None = data
-
-    def __aiter__(self) -> _Once:
-        return self
-
-    async def __anext__(self) -> bytes:
-        data, self._data = self._data, None
-        if data is None:
-            raise StopAsyncIteration
-        return data
