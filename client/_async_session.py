@@ -107,7 +107,9 @@ class AsyncSession(SessionState):
         result: Result = await self._client.request(EXECUTE, rid, data, bool(wait))
         raw = result.raw  # SessionState._note_reply, inlined (the hot path)
         if raw.valid_until is not None:
-            self._valid_deadline = sent_at + (raw.valid_until - raw.uptime)
+            deadline = sent_at + (raw.valid_until - raw.uptime)
+            if self._valid_deadline is None or deadline > self._valid_deadline:
+                self._valid_deadline = deadline
         if self._keepalive_scope is None and self._keepalive and not self._ended:
             self._start_keepalive()
         return result
@@ -239,6 +241,10 @@ class AsyncShardedSession(AsyncSession):
         super().__init__(client, session_id, max_age, description, keepalive)
         self._router = client
         self._parts: dict[ServerGroup, AsyncSession] = {}
+
+    def _guaranteed_until(self, namespace: str) -> float | None:
+        part = self._parts.get(self._router.place(namespace))
+        return None if part is None else part._guaranteed_until(namespace)
 
     @property
     def servers(self) -> tuple[str, ...]:

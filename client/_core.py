@@ -183,6 +183,11 @@ class SessionState:
         self._deferred.append((namespace, statements))
         del self._deferred[:-MAX_DEFERRED]
 
+    def _guaranteed_until(self, namespace: str) -> float | None:
+        """The latest local time until which a reply has guaranteed this session (on
+        ``namespace``'s server) stays alive; None when nothing guarantees it."""
+        return self._valid_deadline
+
     def _take_deferred(self) -> list[tuple[str, list[Statement]]]:
         taken, self._deferred = self._deferred, []
         return taken
@@ -253,7 +258,11 @@ class SessionState:
         raw = result.raw
         until = raw.valid_until
         if until is not None:
-            self._valid_deadline = sent_at + (until - raw.uptime)
+            deadline = sent_at + (until - raw.uptime)
+            # A guarantee once given holds (a late reply to an earlier request must not
+            # shorten it); a whole-session loss clears it.
+            if self._valid_deadline is None or deadline > self._valid_deadline:
+                self._valid_deadline = deadline
 
     def _batch_done(self, sent_at: float, outcomes: list[Any]) -> bool:
         """Digest the outcomes of a batch sent at ``sent_at``: the last call answered carries

@@ -126,7 +126,9 @@ class Session(SessionState):
             raise
         raw = result.raw  # SessionState._note_reply, inlined (the hot path)
         if raw.valid_until is not None:
-            self._valid_deadline = sent_at + (raw.valid_until - raw.uptime)
+            deadline = sent_at + (raw.valid_until - raw.uptime)
+            if self._valid_deadline is None or deadline > self._valid_deadline:
+                self._valid_deadline = deadline
         if self._thread is None and self._keepalive and not self._ended:
             self._start_keepalive()
         return result
@@ -372,6 +374,10 @@ class ShardedSession(Session):
             raise unavailable(server, exc) from exc
 
     execute.__doc__ = Session.execute.__doc__
+
+    def _guaranteed_until(self, namespace: str) -> float | None:
+        part = self._parts.get(self._router.place(namespace))
+        return None if part is None else part._guaranteed_until(namespace)
 
     def defer_cleanup(self, namespace: str, statements: list[Statement]) -> None:
         """As :meth:`Session.defer_cleanup`, on the part of ``namespace``'s server."""

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from client._core import SessionState
-from client._errors import LockClientError
+from client._errors import ClientTimeout, LockClientError
 from client._inspect import describe_holders
 from client._result import Result
 from protocol import (
@@ -79,6 +79,9 @@ log = logging.getLogger("client.recipes")
 DEFAULT_MAX_WAIT = 300.0
 #: Bound on the shielded cleanup after a cancelled or failed acquire, and on releases at exit.
 CLEANUP_TIMEOUT = 10.0
+#: Grants in one acquire that may arrive after their session's guarantee ran out (each is
+#: removed and asked again) before the acquire fails with ClientTimeout.
+MAX_LATE_GRANTS = 3
 
 OnLost = Callable[[LockLost], object]
 S = TypeVar("S", bound=SessionState)
@@ -145,7 +148,7 @@ def seconds(what: str, value: object, *, positive: bool = False) -> float:
 class AcquirePlan:
     """One ``acquire`` call: its statements and how long it may keep asking the server."""
 
-    __slots__ = ("blocking", "deadline", "statements", "ticket")
+    __slots__ = ("blocking", "deadline", "late", "statements", "ticket")
 
     def __init__(
         self, ticket: str, statements: list[Statement], blocking: bool, deadline: float | None
@@ -154,6 +157,7 @@ class AcquirePlan:
         self.statements = statements
         self.blocking = blocking
         self.deadline = deadline  # local time; None: until granted
+        self.late = 0  # grants that arrived after their own guarantee had run out
 
     def wait(self, now: float, max_wait: float) -> float | None:
         """The ``wait`` of the next attempt (None: answer at once)."""
@@ -355,6 +359,33 @@ class LockCore(Generic[S]):
         self._listen()
         deadline = None if timeout is None else now + timeout
         return AcquirePlan(ticket, self._acquire_statements(ticket), blocking, deadline)
+
+    def _late_grant(self, plan: AcquirePlan, result: Result, now: float) -> bool:
+        """True when ``result`` is a grant that arrived after every guarantee of its session
+        had run out (the reply was held up longer than the session max age: a paused server
+        or replica, a stalled network). The session may have expired meanwhile and the lock
+        gone to someone else, so the grant is not taken: the caller removes it (the
+        cleanup) and asks again. After :data:`MAX_LATE_GRANTS` of them in one acquire this
+        raises ClientTimeout. The guarantee is the session's latest one (its keepalives
+        count), so a long wait on the server is not taken for a late reply."""
+        if not result.ok:
+            return False
+        guaranteed = self._session._guaranteed_until(self.namespace)
+        if guaranteed is None or guaranteed > now:
+            return False
+        plan.late += 1
+        log.warning(
+            "%r: a grant arrived %.3f s after its session's guarantee ran out (the reply was "
+            "held up longer than the session max age); released and asked again",
+            self,
+            now - guaranteed,
+        )
+        if plan.late > MAX_LATE_GRANTS:
+            raise ClientTimeout(
+                f"{self!r}: {plan.late} grants in a row arrived after their session's "
+                "guarantee ran out (replies held up longer than the session max age)"
+            )
+        return True
 
     def _attempt_done(
         self, plan: AcquirePlan, result: Result, sent_at: float, now: float

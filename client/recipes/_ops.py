@@ -189,7 +189,11 @@ def acquire(lock: LockCore[Any], blocking: bool, timeout: float | None) -> Op[bo
                 min_trust=lock.min_trust,
                 wait=plan.wait(sent_at, max_wait),
             )
-            done = lock._attempt_done(plan, result, sent_at, (yield NOW))
+            now = yield NOW
+            if lock._late_grant(plan, result, now):
+                yield Execute(lock._cleanup_statements(plan.ticket), cleanup=True)
+                continue
+            done = lock._attempt_done(plan, result, sent_at, now)
             if done is not None:
                 return done
     except GeneratorExit:  # pragma: no cover - a driver never drops an operation midway

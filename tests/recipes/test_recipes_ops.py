@@ -12,7 +12,7 @@ import pytest
 from client import ClientTimeout, ErrorCode, Mutex, Result, ServerError
 from client._core import ClientCore, SessionState
 from client.recipes import _ops
-from client.recipes._base import LockLostError
+from client.recipes._base import MAX_LATE_GRANTS, LockLostError
 from protocol import Cause, Status, TransactionResult
 
 
@@ -237,3 +237,85 @@ def test_an_error_fetching_the_welcome_abandons_the_acquire_without_a_call() -> 
         run.next()
     assert not lock.held
     first_execute(_ops.acquire(lock, False, None), 1.0)  # not "already being acquired"
+
+
+# --- grants that arrive after their session's guarantee ran out ---------------------------------
+
+
+def _late_round(op: _ops.Op[Any], lock: Mutex, now: float) -> _ops.Execute:
+    """Answer the pending attempt with a grant that arrives at ``now``, past the session's
+    guarantee; return the cleanup step the operation sends for it."""
+    assert op.send(result(True, fence=3)) is _ops.NOW
+    cleanup = op.send(now)
+    assert isinstance(cleanup, _ops.Execute) and cleanup.cleanup and cleanup.wait is None
+    assert not lock.held
+    return cleanup
+
+
+def test_a_grant_arriving_after_the_session_guarantee_is_removed_and_asked_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A grant whose reply came after every guarantee of its session had run out (a paused
+    replica answered late: the session may have expired and the lock gone to another
+    meanwhile) is not taken: its ticket's entries are removed and the same statements are
+    sent again; a grant within the session's guarantee then ends the acquire."""
+    lock = mutex()
+    session = lock.session
+    op = _ops.acquire(lock, True, None)
+    attempt = first_execute(op, 100.0)
+    session._valid_deadline = 160.0  # what the late reply itself guarantees: sent_at + 60
+    with caplog.at_level(logging.WARNING, logger="client.recipes"):
+        cleanup = _late_round(op, lock, 170.0)
+    assert "after its session's guarantee ran out" in caplog.text
+    ticket = attempt.statements[0].condition.value  # type: ignore[attr-defined]
+    assert [s.operator.value for s in cleanup.statements] == [ticket]  # type: ignore[attr-defined]
+    assert op.send(result(True, data=[("released", True)])) is _ops.NOW
+    again = op.send(171.0)
+    assert isinstance(again, _ops.Execute) and again.statements == attempt.statements
+    session._valid_deadline = 231.0  # the new reply's guarantee
+    assert op.send(result(True, fence=11)) is _ops.NOW
+    with pytest.raises(StopIteration) as done:
+        op.send(171.5)
+    assert done.value.value is True
+    assert lock.held and lock.fence == 11
+
+
+def test_a_long_server_wait_kept_alive_by_keepalives_is_not_late() -> None:
+    """The guarantee is the session's latest (keepalives count): a grant after a server-side
+    wait longer than max_age, with the session kept alive meanwhile, is taken at once."""
+    lock = mutex()
+    op = _ops.acquire(lock, True, None)
+    first_execute(op, 100.0)
+    lock.session._valid_deadline = 520.0  # a keepalive answered at ~460
+    assert op.send(result(True, fence=5)) is _ops.NOW
+    with pytest.raises(StopIteration) as done:
+        op.send(500.0)  # 400 s after sending, far past sent_at + max_age
+    assert done.value.value is True and lock.fence == 5
+
+
+def test_late_grants_in_a_row_end_in_client_timeout_after_a_cleanup() -> None:
+    """After MAX_LATE_GRANTS late grants in one acquire the next one raises ClientTimeout,
+    once the failure's cleanup step has been sent (replies keep coming too late to trust)."""
+    lock = mutex()
+    lock.session._valid_deadline = 10.0
+    op = _ops.acquire(lock, True, None)
+    first_execute(op, 100.0)
+    for _ in range(MAX_LATE_GRANTS):
+        _late_round(op, lock, 200.0)
+        assert op.send(result(True, data=[("released", True)])) is _ops.NOW
+        assert isinstance(op.send(200.0), _ops.Execute)
+    assert op.send(result(True)) is _ops.NOW
+    final = op.send(300.0)
+    assert isinstance(final, _ops.Execute) and final.cleanup
+    with pytest.raises(ClientTimeout, match="grants in a row arrived after"):
+        op.send(result(True, data=[("released", True)]))
+    assert not lock.held
+
+
+def test_a_late_reply_never_shortens_the_session_guarantee() -> None:
+    """A reply to an earlier request, arriving after a later one, keeps the later (longer)
+    guarantee: a guarantee once given holds."""
+    session = FakeSession()
+    session._note_reply(200.0, result(True))  # valid_until 40 at uptime 10: until 230
+    session._note_reply(100.0, result(True))  # an earlier request answered late: 130
+    assert session._guaranteed_until("ns") == 230.0
