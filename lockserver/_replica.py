@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable, Hashable
@@ -156,6 +157,10 @@ class Replica:
         self.commit_failures = 0
         self.resets = 0
         self.apply_errors = 0
+        self.late_deliveries_refused = 0
+        # When the last keepalive (or the registration) that succeeded was asked: the lease
+        # lives at least lease_ttl past it. Not registered yet: no connection to guard.
+        self._lease_from = math.inf
         self._reregister = False
         self.puts = 0
         self.ops_proposed = 0
@@ -210,8 +215,10 @@ class Replica:
         self._unregistered()
         self.rid = secrets.token_hex(6)
         self.batch = 0
+        asked = trio.current_time()
         lease, _ = await self.etcd.lease_grant(self.settings.lease_ttl)
         self.lease = lease
+        self._lease_from = asked
         _, revision = await self.etcd.put_if_absent(
             self.replicas_prefix + self.rid.encode(), self.address.encode(), lease=lease
         )
@@ -406,10 +413,32 @@ class Replica:
             state.revision = max(state.revision, ev.mod_revision)
         return outs
 
+    def lease_may_have_lapsed(self, now: float) -> bool:
+        """True when no keepalive asked within the lease TTL before ``now`` has succeeded:
+        the lease may have lapsed (this replica was paused, or cut off from etcd), and the
+        group may have dropped its connections and expired their sessions in entries this
+        replica has not applied yet."""
+        return now - self._lease_from > self.settings.lease_ttl
+
     def _deliver(self, outs: list[Output]) -> None:
         """Hand the outputs addressed to this replica's connections to the shell (their
         peers in place of their names); a read barrier of this replica runs its read now
-        and its answer goes out in the same order."""
+        and its answer goes out in the same order.
+
+        Nothing is delivered while the lease may have lapsed: an answer applied from a
+        backlog after a pause (a grant at an old revision) can be one the group has undone
+        since (the session expired, the lock went to another). The connections are closed
+        instead (UNAVAILABLE), and their clients carry on through a replica in the group."""
+        if outs and self.lease_may_have_lapsed(trio.current_time()):
+            log.warning(
+                "replica %s: no keepalive succeeded for more than the lease TTL (%d s); "
+                "closing its connections rather than answering from a backlog",
+                self.rid,
+                self.settings.lease_ttl,
+            )
+            self.late_deliveries_refused += 1
+            self._reset("this replica may have lost its place in the group (paused or cut off)")
+            return
         mine: list[Output] = []
         rid = self.rid
         peers = self._peers
@@ -475,7 +504,9 @@ class Replica:
             await trio.sleep(self.settings.lease_ttl / 3)
             if not self._reregister:
                 try:
+                    asked = trio.current_time()
                     await self.etcd.lease_keepalive(self.lease)
+                    self._lease_from = asked  # etcd renewed it after we asked: early
                     continue
                 except LeaseGone:
                     log.warning("replica %s: its lease is gone", self.rid)
@@ -569,6 +600,7 @@ class Replica:
             "snapshots_written": self.snapshots_written,
             "snapshots_loaded": self.snapshots_loaded,
             "resets": self.resets,
+            "late_deliveries_refused": self.late_deliveries_refused,
             "apply_errors": self.apply_errors,
         }
 

@@ -322,3 +322,48 @@ async def test_a_deferred_cleanup_goes_before_the_sessions_next_call(etcd1: Etcd
                 assert (await b.execute("ns", acquire("x", "b"))).ok
                 assert a._deferred == []
             nursery.cancel_scope.cancel()
+
+
+async def test_a_replica_whose_lease_may_have_lapsed_delivers_no_grant(
+    etcd1: EtcdCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica none of whose keepalives succeeded within the lease TTL (paused, or cut
+    off) does not deliver what it applies: a waiter's grant, applied from the log, could be
+    one the group has undone since (its session expired while the replica was paused). The
+    waiter's connection is closed with UNAVAILABLE instead; the client carries on elsewhere."""
+    group = f"g{next(_groups)}"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            r1, r2 = [await start(nursery, etcd1, group) for _ in range(2)]
+            async with session_on(r2.port, "A") as a, session_on(r1.port, "C") as c:
+                assert (await a.execute("ns", acquire("x", "A"))).ok
+                outcome: list[Any] = []
+
+                async def wait_for_it() -> None:
+                    try:
+                        outcome.append(await c.execute("ns", acquire("x", "C"), wait=20.0))
+                    except ConnectionLost as exc:
+                        outcome.append(exc)
+
+                nursery.start_soon(wait_for_it)
+                await trio.sleep(0.3)
+                assert not outcome  # parked through r1
+
+                async def no_answer(lease: int) -> int:
+                    await trio.sleep_forever()
+                    raise AssertionError("unreachable")
+
+                # As if r1 had been paused: its last keepalive was asked 10 s ago, and the
+                # next one hangs (the lease itself is still alive in etcd for ~2 s).
+                monkeypatch.setattr(r1.replica.etcd, "lease_keepalive", no_answer)
+                r1.replica._lease_from = trio.current_time() - 10.0
+                refused = r1.replica.late_deliveries_refused
+                await a.execute("ns", release("x"))  # through r2: C's wait is granted
+                while not outcome:
+                    await trio.sleep(0.02)
+                lost = outcome[0]
+                assert isinstance(lost, ConnectionLost), f"delivered: {lost!r}"
+                cause = lost.__cause__
+                assert isinstance(cause, ServerError) and cause.code is ErrorCode.UNAVAILABLE
+                assert r1.replica.late_deliveries_refused > refused
+            nursery.cancel_scope.cancel()
