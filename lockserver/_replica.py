@@ -161,6 +161,7 @@ class Replica:
         # When the last keepalive (or the registration) that succeeded was asked: the lease
         # lives at least lease_ttl past it. Not registered yet: no connection to guard.
         self._lease_from = math.inf
+        self._withholding = False  # answers are being withheld (logged once per pause)
         self._reregister = False
         self.puts = 0
         self.ops_proposed = 0
@@ -218,7 +219,7 @@ class Replica:
         asked = trio.current_time()
         lease, _ = await self.etcd.lease_grant(self.settings.lease_ttl)
         self.lease = lease
-        self._lease_from = asked
+        self._lease_from, self._withholding = asked, False
         _, revision = await self.etcd.put_if_absent(
             self.replicas_prefix + self.rid.encode(), self.address.encode(), lease=lease
         )
@@ -429,16 +430,6 @@ class Replica:
         backlog after a pause (a grant at an old revision) can be one the group has undone
         since (the session expired, the lock went to another). The connections are closed
         instead (UNAVAILABLE), and their clients carry on through a replica in the group."""
-        if outs and self.lease_may_have_lapsed(trio.current_time()):
-            log.warning(
-                "replica %s: no keepalive succeeded for more than the lease TTL (%d s); "
-                "closing its connections rather than answering from a backlog",
-                self.rid,
-                self.settings.lease_ttl,
-            )
-            self.late_deliveries_refused += 1
-            self._reset("this replica may have lost its place in the group (paused or cut off)")
-            return
         mine: list[Output] = []
         rid = self.rid
         peers = self._peers
@@ -463,6 +454,18 @@ class Replica:
             if type(payload) is SessionsListing:
                 payload = self.local_owners(payload)
             mine.append(((peer, request_id), payload))
+        if mine and self.lease_may_have_lapsed(trio.current_time()):
+            self.late_deliveries_refused += len(mine)
+            if not self._withholding:  # once per pause, not once per applied batch
+                self._withholding = True
+                log.warning(
+                    "replica %s: no keepalive succeeded for more than the lease TTL (%d s); "
+                    "closing its connections rather than answering from a backlog",
+                    self.rid,
+                    self.settings.lease_ttl,
+                )
+            self._reset("this replica may have lost its place in the group (paused or cut off)")
+            return
         if mine:
             self.on_outputs(mine)
 
@@ -507,6 +510,7 @@ class Replica:
                     asked = trio.current_time()
                     await self.etcd.lease_keepalive(self.lease)
                     self._lease_from = asked  # etcd renewed it after we asked: early
+                    self._withholding = False
                     continue
                 except LeaseGone:
                     log.warning("replica %s: its lease is gone", self.rid)
