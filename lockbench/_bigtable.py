@@ -15,7 +15,11 @@ store still. This is the outside shape, measured the blaster's way:
   are checked first.
 - **load**: C connections (64 by default), each with its own session, sending unique-var
   ``Assert(SetVar("Big", var))`` acquires into that table, **never released**, one in flight
-  each, for the window: the table keeps growing, as in the outside harness. Every reply is
+  each, for the window: the table keeps growing, as in the outside harness. Closed loop by
+  default (saturated: the queue of C requests is in every latency); with ``--rate R`` each
+  connection sends on a fixed schedule (R/C per second), so a stall shows without the
+  queue, and latency counts from the scheduled send when the connection was still waiting
+  at its slot (no coordinated omission), as the paced blast does. Every reply is
   decoded and checked: a ``result`` with status TransactionOK and the id just sent.
 
 What it reports beyond a blast's figures: the largest gap between consecutive replies
@@ -33,6 +37,7 @@ or resized them fails there, not silently.
 from __future__ import annotations
 
 import collections
+import heapq
 import math
 import select
 import socket
@@ -238,7 +243,7 @@ def _changed_span(a: bytes, b: bytes, width: int) -> int:
 class _Conn:
     """One load connection: its frames, the next counter, the one request in flight."""
 
-    __slots__ = ("frames", "in_flight", "k", "rbuf", "sent_ns", "sock")
+    __slots__ = ("due", "frames", "in_flight", "k", "rbuf", "sent_ns", "sock")
 
     def __init__(self, sock: socket.socket, frames: AcquireFrames) -> None:
         self.sock = sock
@@ -247,6 +252,7 @@ class _Conn:
         self.in_flight = False
         self.sent_ns = 0
         self.rbuf = bytearray()
+        self.due = 0  # paced: the next send's slot (perf_counter ns)
 
     def send(self, now_ns: int) -> None:
         self.sock.sendall(self.frames.frame(self.k))
@@ -288,8 +294,17 @@ def _loop(
         epoll.register(fd, select.EPOLLIN)
     mono, perf = time.monotonic, time.perf_counter_ns
     record = rec.hist.record_ns
-    for c in conns:
-        c.send(perf())
+    paced = spec.rate_per_conn is not None
+    period_ns = round(1e9 / spec.rate_per_conn) if spec.rate_per_conn else 0
+    waiting: list[tuple[int, int]] = []  # paced: (slot, connection) of idle connections
+    index_of = {c: i for i, c in enumerate(conns)}
+    start_ns = perf()
+    for i, c in enumerate(conns):
+        if paced:
+            c.due = start_ns + period_ns * i // len(conns)
+            heapq.heappush(waiting, (c.due, i))
+        else:
+            c.send(perf())
     acquired_total = 0
     measuring = False
     next_publish = 0.0
@@ -306,6 +321,14 @@ def _loop(
             next_publish = now + 0.1
             publish(rec)
         timeout = max(0.0, (end_at if measuring else measure_at) - now)
+        if paced:
+            t_ns = perf()
+            while waiting and waiting[0][0] <= t_ns:
+                # Idle at its slot: any lateness is the blaster's timer, not the server's,
+                # so the latency counts from the actual send.
+                conns[heapq.heappop(waiting)[1]].send(t_ns)
+            if waiting:
+                timeout = min(timeout, max(0.0, (waiting[0][0] - perf()) / 1e9))
         for fd, _ in epoll.poll(min(timeout, 0.05)):
             c = by_fd[fd]
             data = c.sock.recv(RECV_SIZE)
@@ -331,7 +354,17 @@ def _loop(
                 rec.acquires += 1
                 rec.acquired += ok
             c.k += 1
-            c.send(t)
+            if not paced:
+                c.send(t)
+                continue
+            c.due += period_ns
+            if c.due < t - 1_000_000_000:  # more than a second behind: do not burst
+                c.due = t
+            if c.due <= t:  # its slot passed while it waited: send now, counted from the slot
+                c.send(t)
+                c.sent_ns = c.due
+            else:
+                heapq.heappush(waiting, (c.due, index_of[c]))
     finished = mono()
     if publish is not None:
         publish(rec)

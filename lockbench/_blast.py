@@ -162,8 +162,8 @@ class BlastConfig:
             raise ValueError("--bigtable and --suite are two kinds of run: give one")
         if self.shards > 1 or self.target.others:
             raise ValueError("--bigtable drives one server (one big table)")
-        if self.pipeline != 1 or self.rate is not None:
-            raise ValueError("--bigtable keeps one request in flight per connection, unpaced")
+        if self.pipeline != 1:
+            raise ValueError("--bigtable keeps one request in flight per connection")
         if self.processes != 1:
             raise ValueError(
                 "--bigtable runs its connections in one blaster process (the largest gap "
@@ -251,9 +251,11 @@ def run_blast(config: BlastConfig, console: Console | None = None) -> list[Resul
                     "bigtable",
                     f"{config.prefill:,} held in one table ({memory.get('prefill_sessions')} "
                     f"sessions, {BIG_BATCH} per execute), {config.connections} connections "
-                    "sending unique-var acquires, 1 in flight each, no releases",
+                    "sending unique-var acquires, 1 in flight each, no releases"
+                    + ("" if config.rate is None else f", paced at {config.rate:,.0f}/s"),
                     config.connections,
                     1,
+                    config.rate,
                 )
             ]
         elif not config.suite:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from lockbench import main
@@ -141,6 +142,32 @@ def test_bigtable_smoke(lockserver: ServerProcess) -> None:
     assert "phase" in x and "250 per execute" in x["phase"]
 
 
+def test_paced_bigtable_keeps_to_its_rate(lockserver: ServerProcess) -> None:
+    """--rate paces the bigtable load: every reply checked and successful, the phase says
+    its rate, and no more replies come than the schedule allows (rate x window, plus one
+    slot per connection); a closed loop on the same server answers far more."""
+    target = Target(Backend.LOCKSERVER, lockserver.host, lockserver.port)
+    config = BlastConfig(
+        target,
+        connections=4,
+        pipeline=1,
+        duration=1.0,
+        warmup=0.2,
+        count=200_000,
+        prefill=PREFILL,
+        bigtable=True,
+        rate=200.0,
+    )
+    (r,) = run_blast(config)
+    assert r.errors == 0, r.error_samples
+    assert r.requests == r.acquired > 0
+    assert r.params["rate"] == 200.0
+    assert "paced at 200/s" in r.extra["phase"]
+    assert r.requests <= 200.0 * r.elapsed_s + 4
+    (closed,) = run_blast(attrs.evolve(config, rate=None))
+    assert closed.errors == 0 and closed.requests > 2 * r.requests
+
+
 def _entries(server: ServerProcess) -> int:
     from lockbench._blaster import server_entries
 
@@ -207,7 +234,6 @@ def test_bigtable_defaults_parse() -> None:
         (["--suite"], "--bigtable and --suite are two kinds of run"),
         (["--processes", "2", "--connections", "4"], "one blaster process"),
         (["--prefill", "0"], "--bigtable needs --prefill >= 1"),
-        (["--rate", "100"], "one request in flight per connection, unpaced"),
         (["--shards", "2"], "--bigtable drives one server"),
     ],
 )
