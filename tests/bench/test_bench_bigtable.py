@@ -96,25 +96,28 @@ def test_spawned_server_gets_the_raised_limit(lockserver: ServerProcess) -> None
     assert welcome["limits"]["max_entries_per_session"] == PER_SESSION_LIMIT
 
 
+def _small(server: ServerProcess, rate: float | None = None) -> BlastConfig:
+    """The scaled-down bigtable run of these tests: PREFILL entries, 4 connections, 1 s."""
+    return BlastConfig(
+        Target(Backend.LOCKSERVER, server.host, server.port),
+        connections=4,
+        pipeline=1,
+        duration=1.0,
+        warmup=0.2,
+        count=200_000,
+        prefill=PREFILL,
+        bigtable=True,
+        rate=rate,
+    )
+
+
 def test_bigtable_smoke(lockserver: ServerProcess) -> None:
     """2,000 entries through 8 sessions of 250-statement executes, then 4 connections of
     unique-var acquires for 1 s: every reply checked and successful, the figures present
     and consistent, and the store holds the prefill plus every acquire answered (plus at
     most the ones in flight when the window closed)."""
-    target = Target(Backend.LOCKSERVER, lockserver.host, lockserver.port)
     before = _entries(lockserver)
-    (r,) = run_blast(
-        BlastConfig(
-            target,
-            connections=4,
-            pipeline=1,
-            duration=1.0,
-            warmup=0.2,
-            count=200_000,
-            prefill=PREFILL,
-            bigtable=True,
-        )
-    )
+    (r,) = run_blast(_small(lockserver))
     x = r.extra
     assert (r.name, r.kind, r.client) == ("bigtable", "blast", "raw")
     assert r.errors == 0, r.error_samples
@@ -146,18 +149,7 @@ def test_paced_bigtable_keeps_to_its_rate(lockserver: ServerProcess) -> None:
     """--rate paces the bigtable load: every reply checked and successful, the phase says
     its rate, and no more replies come than the schedule allows (rate x window, plus one
     slot per connection); a closed loop on the same server answers far more."""
-    target = Target(Backend.LOCKSERVER, lockserver.host, lockserver.port)
-    config = BlastConfig(
-        target,
-        connections=4,
-        pipeline=1,
-        duration=1.0,
-        warmup=0.2,
-        count=200_000,
-        prefill=PREFILL,
-        bigtable=True,
-        rate=200.0,
-    )
+    config = _small(lockserver, rate=200.0)
     (r,) = run_blast(config)
     assert r.errors == 0, r.error_samples
     assert r.requests == r.acquired > 0
