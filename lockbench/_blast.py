@@ -248,7 +248,7 @@ def run_blast(config: BlastConfig, console: Console | None = None) -> list[Resul
         if config.bigtable:
             phases = [
                 _Phase(
-                    "bigtable",
+                    "bigtable" if config.rate is None else "paced-bigtable",
                     f"{config.prefill:,} held in one table ({memory.get('prefill_sessions')} "
                     f"sessions, {BIG_BATCH} per execute), {config.connections} connections "
                     "sending unique-var acquires, 1 in flight each, no releases"

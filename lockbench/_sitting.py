@@ -5,7 +5,8 @@ end-to-end comparisons (our client + server vs redis-py + Redis), every workload
 backends, and the blast suites (with 1,000,000 entries prefilled) on both servers and on
 ``shards`` lockserver shards (``lockserver --processes N``, the same suite with its
 connections per shard and the entries spread by placement: the "N shards" rows next to
-"1 server"); and issue 19's stall shape (``lockbench blast --bigtable``). Every measurement
+"1 server"); and issue 19's stall shape (``lockbench blast --bigtable``), closed loop and
+then paced at half of what the closed loop served (``--rate``). Every measurement
 runs in each layout asked for (:mod:`._layout`: ``pinned``, the server on one CPU and the
 load on the others, and ``unpinned``), interleaved; the shards suite and the profiles run
 unpinned only (one CPU for several shards would measure the CPU). Writes the JSON results
@@ -164,7 +165,11 @@ def run_sitting(sitting: Sitting, console: Console) -> dict[str, Any]:
             for layout in _turn(layouts, rep):
                 (r,) = _bigtable(sitting, console, layout)
                 print_results(console, [r], f"lockserver bigtable, {layout}, run {rep + 1}")
-                big.append(attrs.evolve(r, extra={**r.extra, "repeat": rep}))
+                # The same shape paced at half of what the closed loop just served: a stall
+                # shows without the closed loop's queue of 64 requests in every latency.
+                (p,) = _bigtable(sitting, console, layout, rate=_half(r.requests_per_s))
+                print_results(console, [p], f"lockserver paced bigtable, {layout}, run {rep + 1}")
+                big += [attrs.evolve(x, extra={**x.extra, "repeat": rep}) for x in (r, p)]
         write_document(out / BIGTABLE_FILE, ResultDocument(tuple(big), _stamp(machine)))
     if "profile" in sitting.parts:
         profiles = out / "profiles"
@@ -210,8 +215,16 @@ def _blast_suite(
     )
 
 
-def _bigtable(sitting: Sitting, console: Console, layout: str) -> list[Result]:
-    console.print(f"[bold]lockserver bigtable, {layout}, prefill {sitting.prefill:,}")
+def _half(rate: float) -> float:
+    """Half of a measured rate, rounded down to 100/s (at least 100/s)."""
+    return max(100.0, rate // 200 * 100)
+
+
+def _bigtable(
+    sitting: Sitting, console: Console, layout: str, rate: float | None = None
+) -> list[Result]:
+    paced = "" if rate is None else f", paced at {rate:,.0f}/s"
+    console.print(f"[bold]lockserver bigtable, {layout}, prefill {sitting.prefill:,}{paced}")
     return run_blast(
         BlastConfig(
             Target(Backend.LOCKSERVER),
@@ -221,6 +234,7 @@ def _bigtable(sitting: Sitting, console: Console, layout: str) -> list[Result]:
             duration=sitting.duration,
             warmup=sitting.warmup,
             prefill=sitting.prefill,
+            rate=rate,
             bigtable=True,
             pin=layout == PINNED,
         ),

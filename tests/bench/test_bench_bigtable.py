@@ -153,10 +153,12 @@ def test_paced_bigtable_keeps_to_its_rate(lockserver: ServerProcess) -> None:
     (r,) = run_blast(config)
     assert r.errors == 0, r.error_samples
     assert r.requests == r.acquired > 0
+    assert r.name == "paced-bigtable"  # a phase of its own beside the closed loop's
     assert r.params["rate"] == 200.0
     assert "paced at 200/s" in r.extra["phase"]
     assert r.requests <= 200.0 * r.elapsed_s + 4
     (closed,) = run_blast(attrs.evolve(config, rate=None))
+    assert closed.name == "bigtable"
     assert closed.errors == 0 and closed.requests > 2 * r.requests
 
 

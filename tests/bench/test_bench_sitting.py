@@ -216,12 +216,20 @@ def _laid(r: Any, layout: str, **extra: Any) -> Any:
     )
 
 
-def _big(layout: str, tx: float, worst_us: float, gap_us: float, rep: int) -> Any:
-    r = _blast("bigtable", tx, 900, 280.0)
+def _big(
+    layout: str, tx: float, worst_us: float, gap_us: float, rep: int, rate: float | None = None
+) -> Any:
+    r = _blast("bigtable" if rate is None else "paced-bigtable", tx, 900, 280.0)
     r = attrs.evolve(
         r,
         latency_us={**r.latency_us, "max": worst_us},
-        params={**r.params, "prefill": 1_000_000, "connections": 64, "bigtable": True},
+        params={
+            **r.params,
+            "prefill": 1_000_000,
+            "connections": 64,
+            "bigtable": True,
+            "rate": rate,
+        },
     )
     return _laid(
         r,
@@ -258,6 +266,9 @@ def test_both_layouts_side_by_side(tmp_path: Path) -> None:
         _big("pinned", 31_000, 46_000.0, 45_500.0, 1),  # one stall: the pinned verdict
         _big("pinned", 29_000, 2_500.0, 2_400.0, 2),
         _big("unpinned", 39_000, 4_900.0, 4_000.0, 2),
+        # paced at half: a stall beyond the target unpinned, none pinned
+        _big("pinned", 15_000, 2_100.0, 1_900.0, 0, rate=15_000.0),
+        _big("unpinned", 20_000, 9_800.0, 8_700.0, 0, rate=20_000.0),
     )
     write_document(tmp_path / "bigtable-lockserver.json", ResultDocument(big))
     write_summary(tmp_path)
@@ -286,15 +297,24 @@ def test_both_layouts_side_by_side(tmp_path: Path) -> None:
         assert f"## Blast (lockserver), {layout}: server capacity" in text
         assert f"## Big table (issue 19's stall shape), {layout}" in text
         assert f"## The issues' targets, {layout}" in text
-    verdicts = [line for line in text.splitlines() if line.startswith("| Big table: worst latency")]
-    assert len(verdicts) == 2
-    pinned, unpinned = verdicts  # the pinned layout's tables come first
+    closed = [
+        line
+        for line in text.splitlines()
+        if line.startswith("| Big table, closed loop: worst latency")
+    ]
+    assert len(closed) == 2
+    pinned, unpinned = closed  # the pinned layout's tables come first
     assert pinned.endswith("| **not met** |") and "worst 46.0 ms over 3 run(s)" in pinned
     assert "max 46.0 ms, gap 45.5 ms" in pinned
     assert unpinned.endswith("| **met** |") and "worst 4.9 ms over 3 run(s)" in unpinned
-    bigrows = [line for line in text.splitlines() if line.startswith("| 30,000 |")]
+    paced = [line for line in text.splitlines() if line.startswith("| Big table, paced:")]
+    assert len(paced) == 2
+    assert paced[0].endswith("| **met** |") and "worst 2.1 ms over 1 run(s)" in paced[0]
+    assert paced[1].endswith("| **not met** |") and "worst 9.8 ms over 1 run(s)" in paced[1]
+    bigrows = [line for line in text.splitlines() if line.startswith("| closed loop | 30,000 |")]
     assert len(bigrows) == 1
     assert "| 2.9 ms (2.6) |" in bigrows[0] and "| 1,000,000 -> 1,400,000 |" in bigrows[0]
+    assert any(line.startswith("| paced at 15,000/s | 15,000 |") for line in text.splitlines())
     assert (tmp_path / "blast.png").exists()
 
 
@@ -333,8 +353,14 @@ def test_a_small_sitting_runs_the_bigtable_in_each_layout(tmp_path: Path) -> Non
     )
     run_sitting(sitting, Console(file=io.StringIO(), width=200))
     doc = read_document(tmp_path / "bigtable-lockserver.json")
-    assert [r.params["layout"] for r in doc.results] == list(layouts)
-    assert all(r.name == "bigtable" and r.errors == 0 and r.acquired > 0 for r in doc.results)
+    # Per layout the closed loop, then the same shape paced at half of what it served.
+    assert [(r.params["layout"], r.name) for r in doc.results] == [
+        (layout, name) for layout in layouts for name in ("bigtable", "paced-bigtable")
+    ]
+    assert all(r.errors == 0 and r.acquired > 0 for r in doc.results)
+    for closed, paced in zip(doc.results[::2], doc.results[1::2], strict=True):
+        assert closed.params["rate"] is None
+        assert paced.params["rate"] == max(100.0, closed.requests_per_s // 200 * 100)
     text = (tmp_path / "summary.md").read_text()
     for layout in layouts:
         assert f"## Big table (issue 19's stall shape), {layout}" in text
