@@ -427,6 +427,7 @@ def _run_phase(
     worker: WorkerFn = bigtable_worker if config.bigtable else blast_worker
     probe = servers.probe()
     gc_before = _gc_figures(probe)
+    passes_before = _pass_figures(probe)
     profile: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     raw = f"{config.profile}-{phase.name}.raw.txt"
     if config.profile is not None and server is not None and server.pid is not None:
@@ -447,12 +448,15 @@ def _run_phase(
             else:
                 ex = execute(worker, specs, **kwargs)
         gc_after = _gc_figures(probe)
+        passes_after = _pass_figures(probe)
         if config.bigtable:
             memory = {**memory, **_bigtable_after(servers, ex)}
     finally:
         probe.close()
     if gc_before is not None and gc_after is not None:
         memory = {**memory, "server_gc": _gc_delta(gc_before, gc_after)}
+    if passes_before is not None and passes_after is not None:
+        memory = {**memory, "server_passes": _pass_delta(passes_before, passes_after)}
     result = _phase_result(config, servers, phase, processes, ex, memory)
     if console is not None and servers.count > 1:
         console.print(
@@ -505,6 +509,41 @@ def _gc_figures(probe: ServerProbe) -> dict[str, list[float]] | None:
         else:
             total = {k: [a + b for a, b in zip(total[k], figures[k], strict=True)] for k in total}
     return total
+
+
+def _pass_figures(probe: ServerProbe) -> dict[str, int] | None:
+    """The lockservers' read passes by duration bucket (statistics ``read_pass_histogram``:
+    upper bound in seconds as text -> passes), summed over the servers, or None (Redis, a
+    server from before it counted them, no answer)."""
+    total: dict[str, int] = {}
+    for stats in probe.statistics_each():
+        server = None if stats is None else stats.get("server")
+        hist = None if not isinstance(server, dict) else server.get("read_pass_histogram")
+        if not isinstance(hist, dict):
+            return None
+        for bound, count in hist.items():
+            total[bound] = total.get(bound, 0) + int(count)
+    return total or None
+
+
+#: The pass durations a phase reports counts beyond (milliseconds): lockbench's own bounds,
+#: each one of the server's bucket bounds.
+PASS_REPORT_MS = (2.5, 5.0, 10.0)
+
+
+def _pass_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, Any]:
+    """The server's read passes during a phase (warm-up included): how many, and how many
+    took longer than each of :data:`PASS_REPORT_MS` -- a client's slow reply with no long pass
+    beside it was delayed outside the server's work."""
+    delta = {b: after.get(b, 0) - before.get(b, 0) for b in after}
+
+    def beyond(ms: float) -> int:
+        return sum(n for b, n in delta.items() if b == "+inf" or float(b) * 1000 > ms)
+
+    return {
+        "passes": sum(delta.values()),
+        "over_ms": {f"{ms:g}": beyond(ms) for ms in PASS_REPORT_MS},
+    }
 
 
 def _gc_delta(before: dict[str, list[float]], after: dict[str, list[float]]) -> dict[str, Any]:

@@ -150,6 +150,12 @@ def print_results(console: Console, results: Sequence[Result], title: str = "loc
                 f"largest gap between replies {r.extra['reply_gap_max_us'] / 1000:,.1f} ms, "
                 f"{r.extra.get('reply_gap_at_s', 0):.2f} s into the window"
             )
+        passes = r.extra.get("server_passes")
+        if isinstance(passes, dict) and isinstance(passes.get("over_ms"), dict):
+            notes.append(
+                f"server read passes {passes.get('passes', 0):,}, longer than "
+                + ", ".join(f"{ms} ms: {n:,}" for ms, n in passes["over_ms"].items())
+            )
         held, after = r.extra.get("entries_held"), r.extra.get("entries_held_after")
         if isinstance(held, int) and isinstance(after, int):
             notes.append(f"entries held {held:,} -> {after:,}")

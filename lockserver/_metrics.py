@@ -65,28 +65,61 @@ HISTORY_SIZE: Final = 600
 
 
 class Durations:
-    """Bucket counts of request durations, kept as plain ints (the reader observes them)."""
+    """Bucket counts of request durations and of the read passes that served them, kept as
+    plain ints (the reader observes them).
 
-    __slots__ = ("bounds", "counts", "total")
+    Why the passes too: a request's duration is its pass's, so a long pass shows in the
+    request buckets weighted by the requests it served; counted once per pass, with the
+    longest, it answers "did the server itself stall?" -- a client that saw an 8 ms reply
+    while no pass took over 3 ms was delayed elsewhere (the network, its own process, the
+    machine's scheduler)."""
+
+    __slots__ = ("bounds", "counts", "longest", "pass_total", "passes", "total")
 
     def __init__(self, bounds: tuple[float, ...] = DURATION_BOUNDS) -> None:
         self.bounds = bounds
         self.counts = [0] * (len(bounds) + 1)  # the last: over every bound (+Inf)
         self.total = 0.0  # sum of the observed durations, in seconds
+        self.passes = [0] * (len(bounds) + 1)  # read passes by duration, same buckets
+        self.pass_total = 0.0  # sum of the passes' durations, in seconds
+        self.longest = 0.0  # the longest pass since start, in seconds
 
     def observe(self, seconds: float, n: int) -> None:
-        """``n`` requests took ``seconds`` each (at most)."""
-        self.counts[bisect_left(self.bounds, seconds)] += n
+        """A read pass of ``seconds`` served ``n`` requests (each took at most that)."""
+        i = bisect_left(self.bounds, seconds)
+        self.counts[i] += n
         self.total += seconds * n
+        self.passes[i] += 1
+        self.pass_total += seconds
+        self.longest = max(self.longest, seconds)
+
+    def passes_to_wire(self) -> dict[str, Any]:
+        """The read passes for the statistics reply: ``read_passes`` (count),
+        ``read_pass_histogram`` (upper bound in seconds as text, ``"+inf"`` last -> passes
+        in that bucket, not cumulative) and ``read_pass_longest`` (seconds, since start)."""
+        labels = (*map(repr, self.bounds), "+inf")
+        return {
+            "read_passes": sum(self.passes),
+            "read_pass_histogram": dict(zip(labels, self.passes, strict=True)),
+            "read_pass_longest": self.longest,
+        }
+
+    def cumulative_passes(self) -> list[tuple[str, float]]:
+        """The pass buckets as Prometheus wants them."""
+        return _cumulative(self.bounds, self.passes)
 
     def cumulative(self) -> list[tuple[str, float]]:
         """The buckets as Prometheus wants them: ``(upper bound, count at or below)``."""
-        out = []
-        running = 0
-        for bound, count in zip((*map(repr, self.bounds), "+Inf"), self.counts, strict=True):
-            running += count
-            out.append((bound, float(running)))
-        return out
+        return _cumulative(self.bounds, self.counts)
+
+
+def _cumulative(bounds: tuple[float, ...], counts: list[int]) -> list[tuple[str, float]]:
+    out = []
+    running = 0
+    for bound, count in zip((*map(repr, bounds), "+Inf"), counts, strict=True):
+        running += count
+        out.append((bound, float(running)))
+    return out
 
 
 class History:
@@ -214,6 +247,13 @@ class ServerCollector(Collector):
         )
         histogram.add_metric([], durations.cumulative(), durations.total)
         yield histogram
+        passes = HistogramMetricFamily(
+            "lockserver_read_pass_duration_seconds",
+            "Read passes of the server by duration: each serves every ready connection, so "
+            "a long one is a stall every request in it waited for.",
+        )
+        passes.add_metric([], durations.cumulative_passes(), durations.pass_total)
+        yield passes
         yield gauge("lockserver_sessions", "Live sessions.", engine["sessions"])
         yield gauge("lockserver_entries", "Lock entries held.", engine["entries"])
         yield gauge("lockserver_tables", "Tables with at least one entry.", engine["tables"])

@@ -816,6 +816,7 @@ class Server:
                 "http_connections": self.http.open,
                 "http_requests_total": self.http.requests,
                 **self.reader.busy_poll.to_wire(),
+                **self.durations.passes_to_wire(),
             },
             "waiting": core.waiting.to_wire(),
             "trust": attrs.asdict(self.trust.statistics(now)),

@@ -142,6 +142,13 @@ def test_bigtable_smoke(lockserver: ServerProcess) -> None:
     assert 0 <= x["reply_gap_at_s"] <= 1.0
     assert x["reply_gap_max_us"] <= 1000 * r.elapsed_s * 1000
     assert x["server_gc"]["collections"] is not None
+    # The server's read passes meanwhile: at least one per reply batch, none over its count
+    # and the longer the bound the fewer.
+    passes = x["server_passes"]
+    assert passes["passes"] >= r.requests / 4  # 4 connections: at most 4 requests a pass
+    over = passes["over_ms"]
+    assert list(over) == ["2.5", "5", "10"]
+    assert passes["passes"] >= over["2.5"] >= over["5"] >= over["10"] >= 0
     assert "phase" in x and "250 per execute" in x["phase"]
 
 

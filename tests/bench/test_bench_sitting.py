@@ -263,7 +263,13 @@ def test_both_layouts_side_by_side(tmp_path: Path) -> None:
         _big("pinned", 30_000, 3_100.0, 2_900.0, 0),
         _big("unpinned", 40_000, 2_000.0, 1_500.0, 0),
         _big("unpinned", 41_000, 2_200.0, 1_700.0, 1),
-        _big("pinned", 31_000, 46_000.0, 45_500.0, 1),  # one stall: the pinned verdict
+        attrs.evolve(  # one stall: the pinned verdict; the server's passes say it was its own
+            _big("pinned", 31_000, 46_000.0, 45_500.0, 1),
+            extra={
+                **_big("pinned", 31_000, 46_000.0, 45_500.0, 1).extra,
+                "server_passes": {"passes": 9000, "over_ms": {"2.5": 3, "5": 1, "10": 1}},
+            },
+        ),
         _big("pinned", 29_000, 2_500.0, 2_400.0, 2),
         _big("unpinned", 39_000, 4_900.0, 4_000.0, 2),
         # paced at half: a stall beyond the target unpinned, none pinned
@@ -305,7 +311,7 @@ def test_both_layouts_side_by_side(tmp_path: Path) -> None:
     assert len(closed) == 2
     pinned, unpinned = closed  # the pinned layout's tables come first
     assert pinned.endswith("| **not met** |") and "worst 46.0 ms over 3 run(s)" in pinned
-    assert "max 46.0 ms, gap 45.5 ms" in pinned
+    assert "max 46.0 ms, gap 45.5 ms, passes > 5 ms 1" in pinned
     assert unpinned.endswith("| **met** |") and "worst 4.9 ms over 3 run(s)" in unpinned
     paced = [line for line in text.splitlines() if line.startswith("| Big table, paced:")]
     assert len(paced) == 2

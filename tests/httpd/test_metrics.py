@@ -31,6 +31,7 @@ FAMILIES = {
     "lockserver_load_calls_per_second": "gauge",
     "lockserver_transactions": "counter",
     "lockserver_request_duration_seconds": "histogram",
+    "lockserver_read_pass_duration_seconds": "histogram",
     "lockserver_sessions": "gauge",
     "lockserver_entries": "gauge",
     "lockserver_tables": "gauge",
@@ -118,6 +119,19 @@ async def test_every_family_is_there_and_moves_with_the_traffic(nursery: trio.Nu
     )
     assert value(hist, "lockserver_request_duration_seconds_bucket", le="+Inf") == count
     assert value(hist, "lockserver_request_duration_seconds_sum") > 0
+    # Those requests came one at a time: each was a read pass of its own (the scrape is HTTP,
+    # not a read pass).
+    passes = after["lockserver_read_pass_duration_seconds"]
+    pass_count = value(passes, "lockserver_read_pass_duration_seconds_count")
+    assert (
+        pass_count
+        - value(
+            before["lockserver_read_pass_duration_seconds"],
+            "lockserver_read_pass_duration_seconds_count",
+        )
+        == 5
+    )
+    assert value(passes, "lockserver_read_pass_duration_seconds_bucket", le="+Inf") == pass_count
     responses = after["lockserver_http_responses"]
     assert value(responses, "lockserver_http_responses_total", code="200") == 1  # the first
     build = after["lockserver_build_info"]
