@@ -240,20 +240,26 @@ class ServerCollector(Collector):
             outcomes.add_metric(_outcome_labels(outcome), count)
         yield outcomes
         durations = self._durations
-        histogram = HistogramMetricFamily(
-            "lockserver_request_duration_seconds",
-            "Server time from the read that brought a request to its reply being sent (the "
-            "duration of the read pass that served it: an upper bound; waits not included).",
-        )
-        histogram.add_metric([], durations.cumulative(), durations.total)
-        yield histogram
-        passes = HistogramMetricFamily(
-            "lockserver_read_pass_duration_seconds",
-            "Read passes of the server by duration: each serves every ready connection, so "
-            "a long one is a stall every request in it waited for.",
-        )
-        passes.add_metric([], durations.cumulative_passes(), durations.pass_total)
-        yield passes
+        for name, doc, buckets, total in (
+            (
+                "lockserver_request_duration_seconds",
+                "Server time from the read that brought a request to its reply being sent "
+                "(the duration of the read pass that served it: an upper bound; waits not "
+                "included).",
+                durations.cumulative(),
+                durations.total,
+            ),
+            (
+                "lockserver_read_pass_duration_seconds",
+                "Read passes of the server by duration: each serves every ready connection, "
+                "so a long one is a stall every request in it waited for.",
+                durations.cumulative_passes(),
+                durations.pass_total,
+            ),
+        ):
+            histogram = HistogramMetricFamily(name, doc)
+            histogram.add_metric([], buckets, total)
+            yield histogram
         yield gauge("lockserver_sessions", "Live sessions.", engine["sessions"])
         yield gauge("lockserver_entries", "Lock entries held.", engine["entries"])
         yield gauge("lockserver_tables", "Tables with at least one entry.", engine["tables"])
