@@ -23,8 +23,10 @@ store still. This is the outside shape, measured the blaster's way:
   decoded and checked: a ``result`` with status TransactionOK and the id just sent.
 
 What it reports beyond a blast's figures: the largest gap between consecutive replies
-(any connection; :class:`._blaster.ReplyGaps`) and when in the window it began, and the
-store's entry count before and after, against the acquires that succeeded.
+(any connection; :class:`._blaster.ReplyGaps`) and when in the window it began, the
+store's entry count before and after, against the acquires that succeeded, and on Linux the
+latency to each reply's arrival in this machine's kernel and the longest a reply lay unread
+(:class:`Arrivals`): what of the worst latency was the blaster's own delay.
 
 Requests are not encoded one by one with the codec (~15 µs each: the load generator would
 be the bottleneck): each connection encodes one template with the codec, finds where the
@@ -42,9 +44,10 @@ import math
 import select
 import socket
 import struct
+import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import msgpack
@@ -61,6 +64,7 @@ from ._blaster import (
     lockserver_handshake,
     read_frame,
 )
+from ._hdr import LatencyHistogram
 from ._worker import MAX_ERRORS, Gate, Recorder, WorkerReport
 
 __all__ = [
@@ -289,6 +293,7 @@ def _loop(
 ) -> WorkerReport:
     rec = Recorder(spec.count, measure_at, end_at)
     gaps = ReplyGaps()
+    arrivals = Arrivals(conns) if Arrivals.supported() else None
     by_fd = {c.sock.fileno(): c for c in conns}
     for fd in by_fd:
         epoll.register(fd, select.EPOLLIN)
@@ -317,9 +322,12 @@ def _loop(
             rec.hist.reset()
             rec.ops = rec.requests = rec.acquires = rec.acquired = 0
             gaps.open(perf())
-        if publish is not None and now >= next_publish:
+        if now >= next_publish:
             next_publish = now + 0.1
-            publish(rec)
+            if publish is not None:
+                publish(rec)
+            if arrivals is not None:
+                arrivals.resync()
         timeout = max(0.0, (end_at if measuring else measure_at) - now)
         if paced:
             t_ns = perf()
@@ -331,7 +339,11 @@ def _loop(
                 timeout = min(timeout, max(0.0, (waiting[0][0] - perf()) / 1e9))
         for fd, _ in epoll.poll(min(timeout, 0.05)):
             c = by_fd[fd]
-            data = c.sock.recv(RECV_SIZE)
+            if arrivals is None:
+                data = c.sock.recv(RECV_SIZE)
+                arrived = 0
+            else:
+                data, arrived = arrivals.receive(c.sock)
             if not data:
                 raise ConnectionError("the server closed a bigtable connection")
             t = perf()
@@ -345,6 +357,8 @@ def _loop(
             payload = bytes(buf[4:end])
             buf.clear()
             record(t - c.sent_ns)
+            if arrivals is not None and arrived:
+                arrivals.record(arrived - c.sent_ns, t - arrived, measuring)
             ok = _check(payload, c, rec)
             acquired_total += ok
             if measuring:
@@ -370,7 +384,65 @@ def _loop(
         publish(rec)
     report = gaps.report(rec.report(finished))
     unanswered = sum(c.in_flight for c in conns)
-    return attrs.evolve(report, acquired_total=acquired_total, unanswered=unanswered)
+    report = attrs.evolve(report, acquired_total=acquired_total, unanswered=unanswered)
+    if arrivals is not None:
+        report = attrs.evolve(
+            report,
+            arrival_histogram=arrivals.hist.encode(),
+            read_delay_max_ns=arrivals.read_delay_max_ns,
+        )
+    return report
+
+
+#: Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS), which Python's socket module does not name.
+_SO_TIMESTAMPNS: Final = 35
+_TIMESPEC = struct.Struct("@qq")
+
+
+class Arrivals:
+    """When each reply reached this machine's kernel (``SO_TIMESTAMPNS``: the receive
+    timestamp of the data ``recvmsg`` returns), so a latency can be split into what came
+    before the arrival (the server, the network) and how long the reply lay in the socket
+    before the blaster read it (this process: its own work, its collector, the scheduler).
+    Why: on a shared machine the load generator's own delays show up as the server's worst
+    latency; the arrival latency is what a client that reads at once would have seen.
+
+    The kernel stamps with the real-time clock; latencies here are ``perf_counter`` (the
+    monotonic clock): the offset between the two is taken again every 0.1 s (``resync``), so
+    a clock slew moves it by microseconds, not milliseconds."""
+
+    __slots__ = ("_anc", "_offset_ns", "hist", "read_delay_max_ns")
+
+    def __init__(self, conns: list[_Conn]) -> None:
+        for c in conns:
+            c.sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        self._anc = socket.CMSG_SPACE(_TIMESPEC.size)
+        self._offset_ns = 0
+        self.hist = LatencyHistogram()
+        self.read_delay_max_ns = 0
+        self.resync()
+
+    @staticmethod
+    def supported() -> bool:
+        return sys.platform == "linux"
+
+    def resync(self) -> None:
+        self._offset_ns = time.time_ns() - time.perf_counter_ns()
+
+    def receive(self, sock: socket.socket) -> tuple[bytes, int]:
+        """``recv``, and the data's arrival as a ``perf_counter_ns`` value (0: no stamp)."""
+        data, anc, _flags, _addr = sock.recvmsg(RECV_SIZE, self._anc)
+        for level, kind, stamp in anc:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+                sec, nsec = _TIMESPEC.unpack(stamp[: _TIMESPEC.size])
+                return data, sec * 1_000_000_000 + nsec - self._offset_ns
+        return data, 0
+
+    def record(self, latency_ns: int, read_delay_ns: int, measuring: bool) -> None:
+        """One reply: sent (or scheduled) to arrival, and arrival to read."""
+        if measuring:
+            self.hist.record_ns(max(0, latency_ns))
+            self.read_delay_max_ns = max(self.read_delay_max_ns, read_delay_ns)
 
 
 def _check(payload: bytes, c: _Conn, rec: Recorder) -> int:

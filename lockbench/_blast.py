@@ -574,6 +574,10 @@ def _phase_result(
         (report,) = ex.reports
         extra["reply_gap_max_us"] = round(report.reply_gap_ns / 1000, 1)
         extra["reply_gap_at_s"] = report.reply_gap_at
+        if report.arrival_histogram:  # the bigtable blaster, with kernel timestamps
+            arrival = LatencyHistogram.decode(report.arrival_histogram)
+            extra["arrival_latency_us"] = arrival.summary()
+            extra["client_read_delay_max_us"] = round(report.read_delay_max_ns / 1000, 1)
     if servers.count > 1:
         extra["servers"] = _per_server(servers, phase, ex, elapsed)
     if phase.rate is not None:

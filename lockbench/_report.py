@@ -150,6 +150,13 @@ def print_results(console: Console, results: Sequence[Result], title: str = "loc
                 f"largest gap between replies {r.extra['reply_gap_max_us'] / 1000:,.1f} ms, "
                 f"{r.extra.get('reply_gap_at_s', 0):.2f} s into the window"
             )
+        arrival = r.extra.get("arrival_latency_us")
+        if isinstance(arrival, dict) and arrival.get("count"):
+            notes.append(
+                f"latency to the reply's arrival in the kernel p99 {arrival['p99']:,.0f} µs, "
+                f"max {arrival['max']:,.0f} µs; a reply lay unread at most "
+                f"{r.extra.get('client_read_delay_max_us', 0) / 1000:,.1f} ms"
+            )
         passes = r.extra.get("server_passes")
         if isinstance(passes, dict) and isinstance(passes.get("over_ms"), dict):
             notes.append(

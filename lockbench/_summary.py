@@ -646,13 +646,23 @@ def _issue19_rows(ours: dict[str, Result], bigtable: list[Result], bpe: float | 
 
 
 def _bigtable_runs(results: list[Result]) -> str:
-    """Each run's worst latency and largest reply gap, in run order, and the server's read
-    passes over 5 ms when it counted them (a worst latency without one was not the server's
-    work)."""
+    """Each run's worst latency (and at the reply's arrival in the kernel, when measured)
+    and largest reply gap, in run order, and the server's read passes over 5 ms when it
+    counted them (a worst latency without one was not the server's work)."""
     return " / ".join(
-        f"max {r.latency_us['max'] / 1000:,.1f} ms, gap {_gap_ms(r)}{_long_passes(r)}"
+        f"max {r.latency_us['max'] / 1000:,.1f} ms{_at_arrival(r)}, gap {_gap_ms(r)}"
+        f"{_long_passes(r)}"
         for r in results
     )
+
+
+def _at_arrival(r: Result) -> str:
+    """ " (at arrival 4.1 ms)": the worst latency to the kernel's receive timestamp, when the
+    blaster took them (what is left of the worst without the blaster's own delays)."""
+    arrival = r.extra.get("arrival_latency_us")
+    if not isinstance(arrival, dict) or not arrival.get("count"):
+        return ""
+    return f" (at arrival {arrival['max'] / 1000:,.1f} ms)"
 
 
 def _long_passes(r: Result) -> str:

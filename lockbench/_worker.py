@@ -99,6 +99,11 @@ class WorkerReport:
     # and requests still unanswered when it stopped.
     acquired_total: int = 0
     unanswered: int = 0
+    # The bigtable blaster, where the kernel timestamps received data (Linux): latency to
+    # the reply's arrival in this machine's kernel (LatencyHistogram.encode(); "" without
+    # timestamps), and the longest a reply lay there before the blaster read it.
+    arrival_histogram: str = ""
+    read_delay_max_ns: int = 0
 
 
 class Recorder:
