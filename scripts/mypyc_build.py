@@ -63,7 +63,7 @@ def clean() -> int:
 
 def missing_toolchain() -> str | None:
     """What a build lacks on this machine (a C compiler, the Python headers), or None."""
-    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    compiler = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         return f"no C compiler ({compiler!r} not found; Debian: apt-get install gcc)"
     include = Path(sysconfig.get_paths()["include"])
@@ -97,7 +97,15 @@ def build() -> None:
                 packages=[],
                 py_modules=[],
                 ext_modules=extensions,
-                script_args=["-q", "build_ext", "--inplace", "--build-temp", tmp],
+                script_args=[
+                    "-q",
+                    "build_ext",
+                    "--inplace",
+                    "--build-temp",
+                    tmp,
+                    "--build-lib",
+                    tmp,
+                ],
             )
         finally:
             os.chdir(cwd)
