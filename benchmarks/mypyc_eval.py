@@ -8,25 +8,15 @@ runs ``benchmarks.cpu_ab`` over all the copies: server CPU per transaction, pinn
 shapes of the target, interleaved. Needs mypy (the test extra), setuptools, a C compiler and
 the Python headers. The copies are scratch: nothing of the checkout changes.
 
-What mypyc refused, and what the copies change so it compiles (the pure copy gets the same
-changes, so the comparison is of compilation alone):
-
-- ``BigTable.made`` (``engine/_store.py``): a class attribute assigned at run time must be
-  declared ``ClassVar``.
-- attrs classes with ``attrs.field(default=..., validator=...)`` (``EngineLimits``,
-  ``WaitLimits``): a compiled class body checks the field's declared type against the
-  ``attrs.field`` placeholder and fails at import. They move to an uncompiled module
-  (``engine/_limits.py``), re-exported where they were.
-- every other attrs class in a compiled module is marked ``mypyc_attr(native_class=False)``
-  (a plain Python class in a compiled module; attrs builds it as usual).
-- ``lockserver/_trust.py`` has attrs fields with validators too and is left out (0.2 us of a
-  transaction, measured in process).
+What mypyc refused at the time (7aada72) is fixed in the source since (lockserver/_build.py,
+scripts/mypyc_build.py: the integrated build of the protocol + engine group), so the copies
+are HEAD as it is. The shell group still compiles only with its attrs classes marked
+``mypyc_attr(native_class=False)`` and is left out of the integrated build.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import io
 import os
 import subprocess
@@ -58,14 +48,8 @@ setup(name="scratch", packages=[], py_modules=[], ext_modules=mypycify(modules, 
 _MYPY_INI = "[mypy]\npython_version = 3.11\n[mypy-msgpack.*]\nignore_missing_imports = True\n"
 
 
-def _cut(text: str, start: str, end: str) -> tuple[str, str]:
-    i = text.index(start)
-    j = text.index(end, i)
-    return text[:i] + text[j:], text[i:j]
-
-
 def copy_tree(dest: Path) -> None:
-    """HEAD of the checkout into ``dest``, with the changes mypyc needs (module header)."""
+    """HEAD of the checkout into ``dest``, with a setup script for mypyc."""
     dest.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
@@ -73,33 +57,11 @@ def copy_tree(dest: Path) -> None:
     (dest / "pyproject.toml").unlink()  # setuptools would read the project's metadata
     (dest / "mypy.ini").write_text(_MYPY_INI)
     (dest / "setup_mypyc.py").write_text(_SETUP)
-    store = dest / "lockserver/engine/_store.py"
-    text = store.read_text().replace("    made = 0\n", "    made: ClassVar[int] = 0\n")
-    text = text.replace(
-        "import TYPE_CHECKING, Any, Final", "import TYPE_CHECKING, Any, ClassVar, Final"
-    )
-    store.write_text(text)
-    engine_py, waiting_py = (
-        dest / "lockserver/engine/_engine.py",
-        dest / "lockserver/engine/_waiting.py",
-    )
-    engine, limits = _cut(
-        engine_py.read_text(), "def _at_least_one", "@attrs.frozen\nclass EngineStatistics"
-    )
-    waiting, wait_limits = _cut(
-        waiting_py.read_text(), "def _at_least_one", "@attrs.frozen\nclass WaitStatistics"
-    )
-    wait_limits = wait_limits[wait_limits.index("@attrs.frozen") :]
-    header = '"""EngineLimits, WaitLimits (uncompiled)."""\nfrom __future__ import annotations\n\n'
-    header += "from typing import Any\n\nimport attrs\n\n\n"
-    (dest / "lockserver/engine/_limits.py").write_text(header + limits + wait_limits)
-    future = "from __future__ import annotations\n"
-    engine_py.write_text(engine.replace(future, future + "from ._limits import EngineLimits\n", 1))
-    waiting_py.write_text(waiting.replace(future, future + "from ._limits import WaitLimits\n", 1))
-    for path in ["protocol/_trees.py", *ENGINE, *glob.glob("lockserver/_*.py", root_dir=dest)]:
+    for path in SHELL:  # the shell's attrs classes (see the module header)
         module = dest / path
         text = module.read_text()
         if "\n@attrs." in text:
+            future = "from __future__ import annotations\n"
             text = text.replace("\n@attrs.", "\n@mypyc_attr(native_class=False)\n@attrs.")
             text = text.replace(future, future + "from mypy_extensions import mypyc_attr\n", 1)
             module.write_text(text)

@@ -38,6 +38,7 @@ import attrs
 from protocol import HEADER_SIZE
 
 from ._auth import SecurityConfigError, TokenSpec, check_tokens, parse_tokens_text, tokens_from_toml
+from ._build import build
 from ._trust import TrustSettings
 
 __all__ = [
@@ -504,7 +505,9 @@ def _argument_parser() -> _Parser:
         ),
         allow_abbrev=False,
     )
-    p.add_argument("--version", action="version", version=f"lockserver {server_version()}")
+    p.add_argument(
+        "--version", action="version", version=f"lockserver {server_version()} ({build()} build)"
+    )
     p.add_argument("--config", metavar="FILE", help=f"TOML settings file (or {ENV_PREFIX}CONFIG)")
     for s in _SETTINGS:
         default: Any = s.field.default

@@ -201,6 +201,7 @@ class Endpoints:
             {
                 "time": iso_utc(wall),
                 "version": server["version"],
+                "build": server["build"],
                 "host": server["host"],
                 "address": server["address"],
                 "instance": self.instance,

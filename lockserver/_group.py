@@ -63,7 +63,8 @@ from protocol import (
     unpack,
 )
 
-from .engine import EngineLimits, LockCore, Output, WaitLimits
+from ._build import COMPILED_MODULES
+from .engine import BigTable, EngineLimits, LockCore, Output, ShardedDict, WaitLimits
 
 __all__ = [
     "ENTRY_FORMAT",
@@ -330,8 +331,11 @@ class GroupState:
 
     def snapshot(self) -> bytes:
         """The whole state as bytes (a pickle: every replica runs the same code; see
-        :func:`restore` for what it may contain)."""
-        return pickle.dumps(self, protocol=5)
+        :func:`restore` for what it may contain). The same format from the pure and the
+        compiled build, and either loads in either (``_Pickler``)."""
+        out = io.BytesIO()
+        _Pickler(out, protocol=5).dump(self)
+        return out.getvalue()
 
     @staticmethod
     def restore(data: bytes) -> GroupState:
@@ -376,7 +380,7 @@ def _by_value(obj: Any, path: set[int]) -> Any:
             return (type(obj).__name__, tuple(sorted(repr(_by_value(x, path)) for x in obj)))
         if isinstance(obj, type):
             return ("type", obj.__module__, obj.__qualname__)
-        reduced = obj.__reduce_ex__(5)
+        reduced = _reduce(obj)
         parts = [_by_value(x, path) for x in reduced[1:3]]
         if len(reduced) > 3 and reduced[3] is not None:
             parts.append(tuple(_by_value(x, path) for x in reduced[3]))
@@ -400,6 +404,49 @@ _ALLOWED_BUILTINS: Final = frozenset(
     {"dict", "list", "set", "frozenset", "tuple", "str", "bytes", "int", "float", "bool", "slice"}
 )
 _ALLOWED_PREFIXES: Final = ("lockserver.engine.", "lockserver._group", "protocol.")
+
+
+# The modules of the build switch (lockserver/_build.py): their classes pickle differently in
+# the two builds (a pure slotted object's state is (None, {slot: value}); a compiled one's is
+# mypyc's {attribute: value}, and it has a __setstate__ that takes only that), so the snapshot
+# writes them in one form of its own, which ``_set_attributes`` restores in either build.
+# ShardedDict (and BigTable) keep their own hash-independent state, the same in both.
+# Restoring makes each object with ``cls.__new__(cls)``: a compiled class's __new__ runs
+# __init__ (with no arguments: refused) unless the class allows interpreted subclasses, which
+# is why the engine's classes a snapshot holds are marked so (mypyc's ``serializable`` would
+# say the same, but its classes are then left uninitialised when made from Python).
+_SWITCHED: Final = frozenset(COMPILED_MODULES)
+# By type, not isinstance: a compiled ShardedDict (an ABC) claims every dict as an instance.
+_OWN_STATE: Final = (ShardedDict, BigTable)
+
+
+def _reduce(obj: Any) -> tuple[Any, ...]:
+    """``obj``'s pickled form (``__reduce_ex__``), the same in both builds for the classes of
+    the build switch: their attributes as one dict, sorted by name."""
+    reduced = obj.__reduce_ex__(5)  # (copyreg.__newobj__, (cls,), state, items...)
+    cls = type(obj)
+    if cls.__module__ not in _SWITCHED or cls in _OWN_STATE or isinstance(obj, BaseException):
+        return reduced  # type: ignore[no-any-return]
+    state = reduced[2] if len(reduced) > 2 else None
+    if type(state) is tuple:  # (the __dict__ or None, the slots)
+        state = {**(state[0] or {}), **state[1]}
+    listitems = reduced[3] if len(reduced) > 3 else None
+    dictitems = reduced[4] if len(reduced) > 4 else None
+    state = dict(sorted((state or {}).items()))
+    return (reduced[0], reduced[1], state, listitems, dictitems, _set_attributes)
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj).__module__ not in _SWITCHED:
+            return NotImplemented
+        return _reduce(obj)
+
+
+def _set_attributes(obj: Any, state: dict[str, Any]) -> None:
+    """Restore what ``_Pickler`` wrote of ``obj``."""
+    for name, value in state.items():
+        setattr(obj, name, value)
 
 
 class _Unpickler(pickle.Unpickler):

@@ -201,6 +201,7 @@ class ServerCollector(Collector):
             [],
             {
                 "version": self._version,
+                "build": stats["server"]["build"],
                 "python": platform.python_version(),
                 "implementation": platform.python_implementation(),
             },

@@ -95,6 +95,7 @@ from protocol import (
 )
 
 from ._auth import Authenticator, SecurityConfigError, server_ssl_context
+from ._build import build
 from ._busypoll import BusyPoll
 from ._config import ConfigError, ServerConfig, etcd_endpoints, server_version
 from ._endpoints import Endpoints
@@ -382,6 +383,7 @@ class Server:
             "max_waiting_ops_per_principal": config.max_waiting_ops_per_principal,
         }
         self.version = server_version()
+        self.build = build()  # "pure" or "compiled" (lockserver/_build.py)
         # Drawn at every start: a client that reconnects and sees another instance knows
         # that every session and entry of the old one is gone (PROTOCOL.md "welcome"). A
         # replica of a group says the group's instead, and its name and replicas.
@@ -489,7 +491,12 @@ class Server:
                         self.accept_scope = accepting.cancel_scope
                         for listener in self.listeners:
                             accepting.start_soon(self._accept_loop, listener.socket)
-                        log.info("lockserver %s listening on %s", self.version, self.address)
+                        log.info(
+                            "lockserver %s (%s build) listening on %s",
+                            self.version,
+                            self.build,
+                            self.address,
+                        )
                         task_status.started(self.running)
                     # Only reached after shutdown(): accepting has stopped.
                     for listener in self.listeners:
@@ -792,6 +799,7 @@ class Server:
         return {
             "server": {
                 "version": self.version,
+                "build": self.build,
                 "host": self.hostname,
                 "address": self.address,
                 "uptime": core.engine.uptime,

@@ -1,7 +1,6 @@
 """The lockserver wire protocol: length-prefixed msgpack frames, messages and the transaction
 tree vocabulary. Pure and sans-I/O (no sockets, no clock). See PROTOCOL.md."""
 
-from ._codec import encode_execute as encode_execute
 from ._codec import pack as pack
 from ._codec import request_from_wire as request_from_wire
 from ._codec import request_to_wire as request_to_wire
@@ -9,6 +8,7 @@ from ._codec import server_message_from_wire as server_message_from_wire
 from ._codec import server_message_to_wire as server_message_to_wire
 from ._codec import unpack as unpack
 from ._connection import Connection as Connection
+from ._encode import encode_execute as encode_execute
 from ._errors import ErrorCode as ErrorCode
 from ._errors import ProtocolError as ProtocolError
 from ._framing import DEFAULT_MAX_FRAME as DEFAULT_MAX_FRAME

@@ -16,13 +16,12 @@ optional arguments may be omitted.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import msgpack
 
 from ._errors import ErrorCode, ProtocolError
-from ._framing import frame
 from ._inspect import FeedEvent
 from ._inspect_codec import (
     REQUEST_FIELDS,
@@ -59,7 +58,7 @@ from ._messages import (
     TransactionResult,
     Welcome,
 )
-from ._ops import MIN_SECONDS, Statement
+from ._ops import MIN_SECONDS
 from ._trees import (
     DEFAULT_TREE_LIMITS,
     TreeLimits,
@@ -71,7 +70,6 @@ from ._trees import (
 )
 
 __all__ = [
-    "encode_execute",
     "result_to_wire",
     "pack",
     "unpack",
@@ -154,7 +152,9 @@ class _Fields:
 
     __slots__ = ("kind", "m", "request_id", "seen")
 
-    def __init__(self, kind: str, m: dict[str, Any], request_id: int | None) -> None:
+    # ``m`` is dict[Any, Any]: a received map's keys may be bytes as well as str (and a
+    # compiled build enforces the declared key type when they are iterated).
+    def __init__(self, kind: str, m: dict[Any, Any], request_id: int | None) -> None:
         self.kind = kind
         self.m = m
         self.request_id = request_id
@@ -289,9 +289,11 @@ def _execute_wire(
     statements: list[Any],
     tx_id: str,
     description: str,
-    min_uptime: float,
-    min_trust: float,
-    wait: float | None,
+    # Any: numbers as the caller gave them (validated): an int stays an int on the wire (a
+    # compiled build would convert what is declared float).
+    min_uptime: Any,
+    min_trust: Any,
+    wait: Any,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {
         "type": "execute",
@@ -317,76 +319,6 @@ def _execute_wire(
     return out
 
 
-def encode_execute(
-    request_id: int,
-    session: SessionSpec,
-    namespace: str,
-    statements: Iterable[Statement],
-    *,
-    transaction_id: str = "",
-    description: str = "",
-    min_uptime: float = 0.0,
-    min_trust: float = 0.0,
-    wait: float | None = None,
-) -> bytes:
-    """The framed bytes of ``Execute(request_id, session, Transaction(namespace, statements,
-    ...), wait)``, validated exactly as building those would validate them (same errors), but
-    without building them: the client's per-call path.
-
-    Why: the two validated frozen objects cost more than the encoding itself, and a client
-    builds them only to encode them at once. Anything unusual (a statement sequence that is
-    not a list or tuple, a value needing a precise error) takes the building path.
-    """
-    if (
-        type(request_id) is int
-        and 0 <= request_id <= _MAX_ID
-        and type(session) is SessionSpec
-        and type(namespace) is str
-        and (type(statements) is list or type(statements) is tuple)
-        and type(transaction_id) is str
-        and type(description) is str
-        and (type(min_uptime) is float or type(min_uptime) is int)
-        and 0 <= min_uptime < math.inf
-        and (type(min_trust) is float or type(min_trust) is int)
-        and 0 <= min_trust <= 1
-        and (wait is None or ((type(wait) is float or type(wait) is int) and 0 <= wait < math.inf))
-        and namespace.strip()
-    ):
-        wire_statements = []
-        for st in statements:
-            if not isinstance(st, Statement):
-                break
-            wire_statements.append(node_to_wire(st))
-        else:
-            return frame(
-                _packer.pack(
-                    _execute_wire(
-                        request_id,
-                        session,
-                        namespace,
-                        wire_statements,
-                        transaction_id,
-                        description,
-                        min_uptime,
-                        min_trust,
-                        wait,
-                    )
-                )
-            )
-    tx = Transaction(
-        namespace,
-        statements,
-        transaction_id=transaction_id,
-        description=description,
-        min_uptime=min_uptime,
-        min_trust=min_trust,
-    )
-    return frame(pack(request_to_wire(Execute(request_id, session, tx, wait))))
-
-
-_MAX_ID: Final = 2**64 - 1
-
-
 _mk_transaction: Final = _unchecked_maker(Transaction)
 _mk_execute: Final = _unchecked_maker(Execute)
 
@@ -400,18 +332,21 @@ _mk_execute: Final = _unchecked_maker(Execute)
 # cache with ~40 MiB that no session used).
 
 _EXECUTE_KEYS: Final = _KNOWN_FIELDS["execute"]
-_SESSIONS: dict[tuple[str, float, str], SessionSpec] = {}
+_SESSIONS: dict[tuple[Any, ...], SessionSpec] = {}
 _MAX_INTERNED_SESSIONS: Final = 4096
 _MAX_INTERNED_CHARS: Final = 256  # id + description, per interned spec
 
 
-def _fast_number(value: Any, default: float) -> float | None:
-    """``value`` as a finite number >= 0 (``default`` when absent), else None."""
+def _fast_number(value: Any, default: float) -> Any:
+    """``value`` as a finite number >= 0, int or float as received (``default`` when absent),
+    else None."""
+    # Any, not float | None: an int stays an int (a compiled build would make it a float,
+    # which the encoder writes back as one).
     if value is None:
         return default
     t = type(value)
     if (t is float or t is int) and 0 <= value < math.inf:
-        return value  # type: ignore[no-any-return]
+        return value
     return None
 
 
@@ -433,9 +368,16 @@ def _fast_execute(w: dict[str, Any], rid: int, limits: TreeLimits) -> Execute | 
         or len(namespace) > max_name
     ):
         return None
-    max_age: float | None
-    min_uptime: float | None
-    min_trust: float | None
+    # Any: the received values, checked below but kept as they came (an int stays an int, a
+    # compiled build would convert what is declared float, and refuse what is declared str
+    # before the checks could).
+    max_age: Any
+    min_uptime: Any
+    min_trust: Any
+    sdesc: Any
+    tx_id: Any
+    description: Any
+    wait: Any
     if len(w) == 5:  # type, id, session, namespace, statements: every other field defaulted
         max_age = DEFAULT_SESSION_MAX_AGE
         sdesc = tx_id = description = ""

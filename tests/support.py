@@ -29,6 +29,7 @@ import trio
 import trio.testing
 
 from lockserver import RunningServer, ServerConfig, serve
+from protocol import SetVar
 
 T = TypeVar("T")
 
@@ -168,3 +169,43 @@ def fail_after_real(seconds: float) -> Iterator[None]:
             done.set()  # the watchdog ends by itself (joining it could wait on this thread)
     if scope.cancelled_caught:
         raise trio.TooSlowError(f"not done within {seconds} s of wall-clock time")
+
+
+# --- a real bug inside the engine ------------------------------------------------------------
+
+
+def poisoned_setvar() -> SetVar:
+    """A SetVar the validators would refuse (period=5e-324): built around them, as a bug that
+    lets a bad value in would. Evaluating it raises (floor of an infinite window index)."""
+    node = object.__new__(SetVar)
+    for name, value in {
+        "table": "locks",
+        "var": "other",
+        "value": None,
+        "description": None,
+        "ttl": None,
+        "allow_duplicates": False,
+        "period": 5e-324,
+    }.items():
+        object.__setattr__(node, name, value)
+    return node
+
+
+class PoisoningDoor:
+    """The server's door (``server.requests.core``) with the transactions of one session
+    given ``statements`` (e.g. holding a :func:`poisoned_setvar`) on their way in: the engine
+    then hits a real bug while evaluating them, in the pure and the compiled build alike (a
+    compiled engine's methods cannot be patched to raise). Everything else passes through."""
+
+    def __init__(self, core: Any, session_id: str, statements: list[Any]) -> None:
+        self.core = core
+        self.session_id = session_id
+        self.statements = statements
+
+    def execute(self, owner: Any, rid: int, session: Any, tx: Any, *args: Any) -> Any:
+        if session.session_id == self.session_id:
+            tx = attrs.evolve(tx, statements=self.statements)
+        return self.core.execute(owner, rid, session, tx, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.core, name)

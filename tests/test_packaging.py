@@ -74,6 +74,13 @@ def test_the_wheel_ships_exactly_its_packages(wheel: zipfile.ZipFile) -> None:
         assert f"{package}/__init__.py" in wheel.namelist(), package
 
 
+def test_the_wheel_is_pure_python(wheel: zipfile.ZipFile) -> None:
+    """No compiled file: the wheel installs anywhere (the optional compiled build stays in the
+    checkout it was built in, even when the wheel is built from that checkout)."""
+    assert [n for n in wheel.namelist() if n.endswith((".so", ".pyd", ".c"))] == []
+    assert wheel.filename is None or "none-any" in wheel.filename
+
+
 def test_the_oracles_are_in_the_wheel(wheel: zipfile.ZipFile) -> None:
     """The safety checker and the fuzz generator ship as lockbench's public modules, with the
     harness and its ``python -m lockbench`` entry."""

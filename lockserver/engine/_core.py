@@ -56,7 +56,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Final
 
-import attrs
+from mypy_extensions import mypyc_attr
 
 from protocol import (
     Cancelled,
@@ -77,12 +77,13 @@ from protocol import (
     WaitersPage,
 )
 
-from ._engine import Engine, EngineLimits, EngineStatistics
+from ._engine import Engine
 from ._inspect import LISTINGS as _LISTINGS
 from ._inspect import BusyTable, Visibility, busiest_tables
+from ._records import CoreStatistics, EngineLimits, SessionsListing, WaitLimits
 from ._sharded import ShardedDict
 from ._store import EngineError
-from ._waiting import WaitLimits, WaitQueue, WaitStatistics
+from ._waiting import WaitQueue
 
 __all__ = [
     "MAX_SUBSCRIPTIONS",
@@ -98,15 +99,6 @@ __all__ = [
 
 #: Most feed subscriptions one owner (connection) may hold at once.
 MAX_SUBSCRIPTIONS: Final = 64
-
-
-@attrs.frozen
-class SessionsListing:
-    """A sessions page as the door answers it: ``owners[i]`` are the owners (connections)
-    that used ``page.sessions[i]``, whose addresses the shell fills in as its ``clients``."""
-
-    page: SessionsPage
-    owners: tuple[tuple[Hashable, ...], ...]
 
 
 #: Where an output goes: (owner, request id) for an answer, (owner, None) for an event.
@@ -133,16 +125,7 @@ _NOT_CANCELLED: Final = Cancelled(False)
 _CANCELLED: Final = Cancelled(True)
 
 
-@attrs.frozen
-class CoreStatistics:
-    """What the door counts: the engine's and the wait queue's figures, and the sessions
-    with at least one owner to tell of a loss (``sessions_routed``)."""
-
-    engine: EngineStatistics
-    waiting: WaitStatistics
-    sessions_routed: int
-
-
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class _Owner:
     """What the door knows of one owner: its principal and the sessions it used."""
 
@@ -153,6 +136,7 @@ class _Owner:
         self.sessions: dict[str, None] = {}
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class LockCore:
     """The engine, the wait queue and the session routing behind one synchronous door.
 

@@ -32,11 +32,14 @@ import math
 from collections.abc import Hashable
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 __all__ = ["Deadlines"]
 
 Item = tuple[Any, ...]  # (time, unique seq, ...payload)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class Deadlines:
     """Items keyed by their owner, due at their time. ``key`` must identify one live item."""
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 
-import attrs
+from mypy_extensions import mypyc_attr
 
 from protocol import (
     Cause,
@@ -61,6 +61,7 @@ from protocol import (
 from ._deadlines import Deadlines
 from ._eval import REPLY_DATA_LIMIT, TxContext
 from ._inspect import denial_holders, holders_size
+from ._records import EngineLimits, EngineStatistics
 from ._sharded import ShardedDict
 from ._store import (
     S_FENCE,
@@ -108,44 +109,6 @@ def data_size(data: tuple[tuple[str, Any], ...]) -> int:
     return size
 
 
-def _at_least_one(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if type(value) is not int or value < 1:
-        raise ValueError(f"{attribute.name} must be an integer >= 1, got {value!r}")
-
-
-@attrs.frozen
-class EngineLimits:
-    """Bounds that protect the server's memory; each refusal is an EngineError."""
-
-    max_sessions: int = attrs.field(default=1_000_000, validator=_at_least_one)
-    max_entries: int = attrs.field(default=10_000_000, validator=_at_least_one)
-    max_entries_per_session: int = attrs.field(default=100_000, validator=_at_least_one)
-    max_store_bytes: int = attrs.field(default=4 * 1024**3, validator=_at_least_one)
-
-
-@attrs.frozen
-class EngineStatistics:
-    """A snapshot of the engine's figures."""
-
-    uptime: float
-    namespaces: int
-    tables: int
-    entries: int
-    sessions: int
-    fence: int
-    transactions: int
-    # "TransactionOK" / "TransactionError:Statement" ... -> count
-    by_outcome: dict[str, int]
-    sessions_expired: int
-    entries_expired: int
-    retries_answered: int  # executes answered from a session's retry memory (tx_id repeats)
-    stored_bytes: int  # what the store budget counts now (max_store_bytes)
-
-    def to_wire(self) -> dict[str, Any]:
-        """As a plain map for the statistics reply."""
-        return attrs.asdict(self)
-
-
 #: What a denial's holder records may take of a reply: the room REPLY_DATA_LIMIT leaves for
 #: the other fields, less 4 KiB for them, plus what the selected data does not use.
 _HOLDERS_ROOM = REPLY_DATA_LIMIT + 12 * 1024
@@ -157,6 +120,7 @@ _FAILED = "TransactionError:Statement"
 _REFUSED = "TransactionError:MinimumRequirements"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class Engine:
     """The pure lock engine. See the module docstring for the rules it keeps."""
 

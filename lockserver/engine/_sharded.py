@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import TypeVar
 
+from mypy_extensions import mypyc_attr
+
 __all__ = ["SHARDS", "ShardedDict"]
 
 V = TypeVar("V")
@@ -27,6 +29,7 @@ def _first(item: tuple[str, object]) -> str:
     return item[0]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class ShardedDict(MutableMapping[str, V]):
     """A str-keyed mutable mapping over SHARDS dicts: ``shards[hash(key) & mask]`` holds
     ``key``, ``n`` counts the keys. Same behaviour as a dict except order: iteration goes

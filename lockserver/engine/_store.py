@@ -34,7 +34,9 @@ its own tuple (64), set_at float and fence int (32 each).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, cast
+
+from mypy_extensions import mypyc_attr
 
 from protocol import ErrorCode, SessionSpec, value_size
 
@@ -182,6 +184,7 @@ def text_len(s: str) -> int:
     return len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass"))
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class Vars(dict[str, Slot]):
     """A small table's variables (or one shard of a ``BigTable``): var -> slot. A dict
     subclass for the cyclic collector only (measured with 1M held locks in one table): the
@@ -202,6 +205,7 @@ class Vars(dict[str, Slot]):
 SHARD_AT = 1 << 16
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class BigTable(ShardedDict[Slot]):
     """A table of SHARD_AT+ variables over Vars shards (Vars, not dict, for the collector's
     sake, see there). Stays sharded until it is empty (then the table is dropped).
@@ -212,7 +216,7 @@ class BigTable(ShardedDict[Slot]):
     1M held, issue 19), unless the server freezes them first. It decides nothing here."""
 
     __slots__ = ()
-    made = 0
+    made: ClassVar[int] = 0
 
     def __init__(self, small: Vars) -> None:
         BigTable.made += 1
@@ -295,6 +299,7 @@ def store_full(stored: int, limit: int) -> EngineError:
 SESSION_BASE = 512
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class SessionRecord:
     """A client session as the store keeps it: its spec, its index of held entries, its
     deadline bookkeeping and retry memory (engine-internal)."""
@@ -341,6 +346,7 @@ class SessionRecord:
         return self.last_touch + self.max_age
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class Store:
     """The data every transaction reads and changes, and the counts kept with it.
 

@@ -49,6 +49,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from typing import Any, cast
 
 import attrs
+from mypy_extensions import mypyc_attr
 
 from protocol import (
     Cause,
@@ -69,6 +70,7 @@ from protocol import (
 
 from ._deadlines import Deadlines
 from ._engine import Engine
+from ._records import WaitLimits, WaitStatistics
 from ._store import EngineError, store_full
 
 __all__ = [
@@ -125,6 +127,7 @@ def keys_of(tx: Transaction, kind: type) -> frozenset[Key]:
     return frozenset(keys)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class _Shape:
     """What parking a transaction needs to know of its tree, from one walk."""
 
@@ -182,42 +185,7 @@ def _children(node: Node) -> Iterator[Node]:
             yield from (v for v in value if isinstance(v, Node))
 
 
-def _at_least_one(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if type(value) is not int or value < 1:
-        raise ValueError(f"{attribute.name} must be an integer >= 1, got {value!r}")
-
-
-@attrs.frozen
-class WaitLimits:
-    """Bounds on parked transactions; past one, the request is refused with TOO_MANY_WAITERS."""
-
-    max_waiters: int = attrs.field(default=100_000, validator=_at_least_one)
-    max_waiters_per_session: int = attrs.field(default=1_000, validator=_at_least_one)
-    max_waiters_per_owner: int = attrs.field(default=10_000, validator=_at_least_one)
-    # Weights (ops + RUN_WEIGHT per parked transaction), see the module docstring.
-    max_waiting_ops_per_variable: int = attrs.field(default=200_000, validator=_at_least_one)
-    max_waiting_ops_per_session: int = attrs.field(default=100_000, validator=_at_least_one)
-    max_waiting_ops_per_principal: int = attrs.field(default=10_000_000, validator=_at_least_one)
-
-
-@attrs.frozen
-class WaitStatistics:
-    """Figures of the wait queue."""
-
-    waiters: int
-    parked_total: int
-    granted_total: int
-    timed_out_total: int
-    cancelled_total: int
-    reevaluations_total: int
-    # upper bound (s) as str ("0.001", ..., "+inf") -> count of finished waits
-    wait_time_histogram: dict[str, int]
-
-    def to_wire(self) -> dict[str, Any]:
-        """As a plain map for the statistics reply."""
-        return attrs.asdict(self)
-
-
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class _Waiter:
     __slots__ = (
         "cost",
@@ -271,6 +239,7 @@ class _Waiter:
 Answer = tuple[Hashable, TransactionResult | EngineError]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class WaitQueue:
     """Parked transactions over one engine. ``owner`` is what the shell cancels as a group
     (a connection), ``token`` identifies one parked request (e.g. (connection, request id));
@@ -338,10 +307,12 @@ class WaitQueue:
         answers = self.process(now=now, trust=trust) if self._by_token else []
         try:
             result = self.engine.execute(session, tx, now=now, trust=trust)
-        except EngineError as exc:
-            answers.append((token, exc))
-        except Exception as exc:  # a bug: this request's answer, nobody else's
-            answers.append((token, internal_error(exc)))
+        except EngineError as refused:
+            answers.append((token, refused))
+        # A name of its own: a compiled build types ``exc`` once per function, by its first
+        # ``except``, and would refuse a bug's exception as not an EngineError.
+        except Exception as bug:  # a bug: this request's answer, nobody else's
+            answers.append((token, internal_error(bug)))
         else:
             if (
                 not waits

@@ -9,6 +9,7 @@ from collections.abc import Hashable
 from typing import Any
 
 import pytest
+from support import poisoned_setvar
 
 from lockserver.engine import EngineError, EngineLimits, WaitLimits, WaitQueue
 from lockserver.engine._engine import RETRY_BYTES
@@ -36,23 +37,6 @@ from ._helpers import NS, START, make_engine, run
 
 LOCK = Assert(SetVar("locks", "printer", "ticket"))
 UNLOCK = AnywayContinueAfter(DeleteVar("locks", "printer"))
-
-
-def poisoned_setvar() -> SetVar:
-    """A SetVar the validators would refuse (period=5e-324): built around them, as a bug that
-    lets a bad value in would. Evaluating it raises (floor of an infinite window index)."""
-    node = object.__new__(SetVar)
-    for name, value in {
-        "table": "locks",
-        "var": "other",
-        "value": None,
-        "description": None,
-        "ttl": None,
-        "allow_duplicates": False,
-        "period": 5e-324,
-    }.items():
-        object.__setattr__(node, name, value)
-    return node
 
 
 class Queue:

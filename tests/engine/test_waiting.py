@@ -160,6 +160,7 @@ def test_a_pass_looks_only_at_sessions_that_ended_not_at_every_session_with_a_wa
     assert len(h.queue) == n - 1
 
 
+@pytest.mark.pure_only("counts the queue's sweeps by patching Engine.sweep")
 def test_a_change_of_what_no_waiter_reads_runs_no_pass() -> None:
     """While a waiter is parked, transactions on other variables run no pass of the queue (no
     sweep, no re-run): a pass is for a change of what a waiter reads, an ended session, an

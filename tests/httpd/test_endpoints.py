@@ -21,6 +21,7 @@ import trustme
 from server._wire import WireClient, wait_for
 
 from lockserver._auth import TokenSpec
+from lockserver._build import build
 from lockserver._http import HttpResponse
 from protocol import Assert, SetVar
 
@@ -109,6 +110,7 @@ async def test_status_shows_live_figures(
     assert status["transactions_total"] == 4
     assert status["ready"] is True and status["not_ready"] == []
     assert status["version"] and status["host"] and status["instance"]
+    assert status["build"] == build()  # pure or compiled, as this run loaded it
     assert status["started_at"].endswith("Z")
     assert status["time"].endswith("Z") and status["time"][:19] >= status["started_at"][:19]
     history = status["history"]

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from server._wire import WireClient
 
+from lockserver._build import build as lockserver_build
 from lockserver._metrics import HISTORY_SIZE, Durations, History
 from protocol import Assert, Exists, Not, SetVar
 
@@ -118,6 +119,7 @@ async def test_every_family_is_there_and_moves_with_the_traffic(nursery: trio.Nu
     assert value(responses, "lockserver_http_responses_total", code="200") == 1  # the first
     build = after["lockserver_build_info"]
     assert build[0].labels["version"] == server.statistics()["server"]["version"]
+    assert build[0].labels["build"] == lockserver_build()  # pure or compiled, as loaded
     for samples in after.values():
         for sample in samples:
             assert "session" not in " ".join(sample.labels), sample

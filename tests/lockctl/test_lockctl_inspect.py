@@ -113,12 +113,19 @@ def test_release_needs_an_admin_token_and_the_holder_hears_it() -> None:
 def test_watch_prints_one_line_per_event_until_ctrl_c(
     server: ThreadedServer[RunningServer],
 ) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lockctl", "--server", address(server), "watch", "jobs"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # The test's Ctrl-C must reach the command: a suite run as a background job (`cmd &` in a
+    # script) ignores SIGINT, and a child started meanwhile would inherit that and never stop;
+    # a handler (not an ignore) is reset to the default in the child.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lockctl", "--server", address(server), "watch", "jobs"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         with LockClient(port=server.port) as client, client.session() as s:
             deadline = time.monotonic() + BOUND

@@ -31,6 +31,7 @@ def test_frame_prefixes_big_endian_length() -> None:
     assert DEFAULT_MAX_FRAME == 1024 * 1024
 
 
+@pytest.mark.pure_only("a bytes subclass's __len__: compiled code reads the bytes' own size")
 def test_frame_refuses_payload_over_4_gib() -> None:
     """A payload whose length does not fit in 32 bits cannot be framed (ValueError)."""
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import trio
+from support import PoisoningDoor, poisoned_setvar
 
 from lockserver import RunningServer
 from protocol import (
@@ -193,14 +194,9 @@ async def test_internal_error_closes_only_that_connection(
 ) -> None:
     """An unexpected exception while serving a request: INTERNAL_ERROR with the request id,
     the traceback logged, that connection closed, every other connection unaffected."""
-    real_execute = server.engine.execute
-
-    def execute(session: Any, tx: Any, **kwargs: Any) -> Any:
-        if session.session_id == "boom":
-            raise RuntimeError("simulated engine bug")
-        return real_execute(session, tx, **kwargs)
-
-    monkeypatch.setattr(server.engine, "execute", execute)
+    door = server._shell.requests.core
+    poisoned = PoisoningDoor(door, "boom", [Assert(poisoned_setvar())])
+    monkeypatch.setattr(server._shell.requests, "core", poisoned)
     with trio.fail_after(5):
         async with await WireClient.connect(server) as bystander:
             assert (await bystander.execute("calm", LOCK)).ok
@@ -217,7 +213,7 @@ async def test_internal_error_closes_only_that_connection(
     assert server.statistics()["server"]["internal_errors"] == 1
     records = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert records and records[0].exc_info is not None
-    assert "simulated engine bug" in str(records[0].exc_info[1])
+    assert "cannot convert float infinity to integer" in str(records[0].exc_info[1])
 
 
 async def test_error_outside_any_request_closes_only_that_connection(

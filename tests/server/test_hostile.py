@@ -11,10 +11,10 @@ import msgpack
 import pytest
 import trio
 import trio.testing
+from support import PoisoningDoor, poisoned_setvar
 
 from lockserver import RunningServer
 from lockserver._auth import TokenSpec
-from lockserver.engine import Engine
 from protocol import (
     DEFAULT_MAX_FRAME,
     AnywayContinueAfter,
@@ -87,16 +87,11 @@ async def test_a_crashing_waiter_loses_no_other_answer_and_closes_only_its_conne
     waiter granted in the same pass. Now the release is answered OK, the other waiter gets
     its grant, the bad waiter gets INTERNAL_ERROR and only its connection closes."""
     server = await start_server(nursery)
-    real = Engine.execute
-
-    def execute(self: Engine, session: Any, tx: Any, **kwargs: Any) -> Any:
-        if session.session_id == "bad" and tx.description == "rerun-bug" and kwargs["now"] > 0:
-            stored = self.sessions.get("bad")
-            if stored is not None:  # only its re-runs, not its first try
-                raise RuntimeError("injected bug in a re-run")
-        return real(self, session, tx, **kwargs)
-
-    monkeypatch.setattr(Engine, "execute", execute)
+    # Its first run fails on the held lock (and parks); a re-run passes that and hits the bug.
+    rerun_bug = [Assert(Not(Exists("locks", "printer"))), Assert(poisoned_setvar())]
+    monkeypatch.setattr(
+        server._shell.requests, "core", PoisoningDoor(server._shell.requests.core, "bad", rerun_bug)
+    )
     async with contextlib.AsyncExitStack() as stack:
         stack.enter_context(trio.fail_after(10))
         holder = await stack.enter_async_context(await WireClient.connect(server))
