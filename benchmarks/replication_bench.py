@@ -23,7 +23,8 @@ Each run also reports the CPU per transaction of every process (each replica and
 ``/proc``, whichever system runs; the load from this process's children or, for etcd's lock,
 this process), counted over the warm-up and the window: the machine's CPU per transaction is
 what bounds a group whose replicas, etcd and load share the cores. ``--systems`` picks the
-systems (e.g. ``group`` alone, to compare two versions of the code interleaved).
+systems (e.g. ``group`` alone, to compare two versions of the code interleaved: the replicas
+run the ``lockserver`` of ``$LOCKBENCH_SERVER_ROOT`` when it is set, lockbench's rule).
 
     python -m benchmarks.replication_bench --rounds 2 --duration 6
 """

@@ -178,7 +178,9 @@ def server_root() -> Path:
     return root
 
 
-def _env() -> dict[str, str]:
+def spawn_env() -> dict[str, str]:
+    """This process's environment with :func:`server_root` first on ``PYTHONPATH``: the
+    environment a spawned ``lockserver`` runs in."""
     env = dict(os.environ)
     path = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(server_root()) + (os.pathsep + path if path else "")
@@ -204,7 +206,7 @@ def _start_lockserver(
         cmd += ["--processes", str(shards)]
     with thread_on(cpus):
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=_env()
+            cmd, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=spawn_env()
         )
     assert proc.stdout is not None
     lines: list[str] = []

@@ -3,6 +3,9 @@ benchmark and the demo: :class:`ReplicaGroup` starts N ``lockserver --replicate`
 one group against an etcd cluster (``lockbench.etcd.EtcdCluster``) on loopback ports, and
 injects the faults the issue names (SIGKILL, SIGSTOP/SIGCONT, restart).
 
+The replicas run the ``lockserver`` of ``$LOCKBENCH_SERVER_ROOT`` when it is set (another
+checkout: the "before" side of a before/after sitting), as lockbench's spawned servers do.
+
 Rules kept: loopback only; every start is bounded (``START_TIMEOUT``) and fails with the
 replica's log; :meth:`ReplicaGroup.terminate` (also on ``__exit__`` and at exit) leaves no
 process behind.
@@ -12,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import random
 import signal
 import socket
@@ -23,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+from ._spawn import spawn_env
 from .etcd import free_ports, log_tail
 
 __all__ = ["START_TIMEOUT", "Contention", "ReplicaGroup", "ReplicaProcess"]
@@ -90,6 +93,7 @@ class ReplicaGroup:
     def command(self, replica: ReplicaProcess) -> list[str]:
         cmd = [
             sys.executable,
+            "-P",  # server_root() (on PYTHONPATH), not the working directory, is the code
             "-m",
             "lockserver",
             "--port",
@@ -125,7 +129,7 @@ class ReplicaGroup:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**spawn_env(), "PYTHONUNBUFFERED": "1"},
             )
         finally:
             log.close()

@@ -70,7 +70,7 @@ from protocol import (
 )
 
 from ._etcd import Compacted, Etcd, EtcdError, LeaseGone
-from ._group import Barrier, Genesis, GroupState, encode_entry, wire
+from ._group import Barrier, Genesis, GroupState, encode_entry, encode_ops, wire
 from ._peer import Peer
 from .engine import CoreStatistics, Engine, LockCore, Output, SessionsListing, Visibility
 
@@ -293,22 +293,19 @@ class Replica:
                 ops, self._ops = self._ops[:limit], self._ops[limit:]
                 requests, self._requests = self._requests[:limit], self._requests[limit:]
                 done = 0
-                for chunk in _fit(ops, self._entry):
-                    await self._commit(chunk, requests[done : done + len(chunk)])
+                for chunk, packed in _fit(ops):
+                    await self._commit(chunk, packed, requests[done : done + len(chunk)])
                     done += len(chunk)
 
-    def _entry(self, ops: list[list[Any]]) -> bytes:
-        now = trio.current_time()
-        return encode_entry(self.rid, self.batch + 1, now + self.offset, self.trust(now), ops)
-
-    async def _commit(self, ops: list[list[Any]], requests: list[Any]) -> None:
-        """Put one entry, retried with the same batch number until ``commit_timeout``."""
+    async def _commit(self, ops: list[list[Any]], packed: bytes, requests: list[Any]) -> None:
+        """Put one entry (``ops``, encoded as ``packed``), retried with the same batch number
+        until ``commit_timeout``."""
         self.batch += 1
         if len(self._proposed) > 64:  # entries that never came back (a failed commit, a reset)
             self._proposed.clear()
         self._proposed[self.rid, self.batch] = requests
         data = encode_entry(
-            self.rid, self.batch, self.group_now(), self.trust(trio.current_time()), ops
+            self.rid, self.batch, self.group_now(), self.trust(trio.current_time()), packed
         )
         delay = 0.05
         with trio.move_on_after(self.settings.commit_timeout):
@@ -631,12 +628,14 @@ async def load_state(
     return state, True
 
 
-def _fit(ops: list[list[Any]], encode: Callable[[list[list[Any]]], bytes]) -> list[list[list[Any]]]:
-    """Split ``ops`` into runs whose entry fits an etcd value."""
-    if len(ops) <= 1 or len(encode(ops)) <= VALUE_LIMIT:
-        return [ops]
+def _fit(ops: list[list[Any]]) -> list[tuple[list[list[Any]], bytes]]:
+    """Split ``ops`` into runs whose entry fits an etcd value, each with its encoded ops
+    (an entry's header adds less than 100 bytes to them; VALUE_LIMIT leaves far more)."""
+    packed = encode_ops(ops)
+    if len(ops) <= 1 or len(packed) <= VALUE_LIMIT:
+        return [(ops, packed)]
     half = len(ops) // 2
-    return _fit(ops[:half], encode) + _fit(ops[half:], encode)
+    return _fit(ops[:half]) + _fit(ops[half:])
 
 
 class ReplicatedDoor:

@@ -5,6 +5,7 @@ directory without a ``lockserver`` package is refused with the variable's name."
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from lockbench._results import machine_info
 from lockbench._spawn import PACKAGES_ROOT, SpawnError, server_root, spawned
 from lockbench._targets import Backend
+from lockbench.replicas import ReplicaGroup
 
 MARK = "# written by test_bench_server_root\n"
 
@@ -61,3 +63,18 @@ def test_the_spawned_server_runs_the_named_checkout(
         assert server.port > 0
     assert Path(marker.read_text()).resolve() == (root / "lockserver" / "__main__.py").resolve()
     assert machine_info()["server_root"] == str(root.resolve())
+
+
+def test_replicas_run_the_named_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica ``lockbench.replicas.ReplicaGroup`` starts runs the named checkout's code
+    too (the replication benchmark's before/after sitting); no etcd needed: the marker is
+    written before the replica looks for one."""
+    marker = tmp_path / "ran"
+    root = _copy_of_the_server(tmp_path, marker)
+    monkeypatch.setenv("LOCKBENCH_SERVER_ROOT", str(root))
+    with ReplicaGroup(["127.0.0.1:1"], tmp_path / "replicas", n=1) as group:
+        group._spawn(group.replicas[0])
+        deadline = time.monotonic() + 20
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert Path(marker.read_text()).resolve() == (root / "lockserver" / "__main__.py").resolve()
