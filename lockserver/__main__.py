@@ -29,6 +29,7 @@ import trio
 from ._config import ConfigError, ServerConfig, load_config
 from ._etcd import EtcdError
 from ._gcstats import freeze_big_tables
+from ._replica import ReplicaHalted
 from ._server import RunningServer, serve
 
 __all__ = ["main"]
@@ -107,11 +108,22 @@ def main(argv: list[str] | None = None) -> int:
     _tune_gc()
     try:
         trio.run(_run, config)
-    except (ConfigError, OSError, EtcdError, KeyboardInterrupt, BaseExceptionGroup) as exc:
+    except (
+        ConfigError,
+        OSError,
+        EtcdError,
+        ReplicaHalted,
+        KeyboardInterrupt,
+        BaseExceptionGroup,
+    ) as exc:
         config_error = _find(exc, ConfigError)
         if config_error is not None:  # e.g. unreadable TLS files, found when serving starts
             print(f"lockserver: error: {config_error}", file=sys.stderr, flush=True)
             return 2
+        halted = _find(exc, ReplicaHalted)
+        if halted is not None:
+            print(f"lockserver: error: {halted}", file=sys.stderr, flush=True)
+            return 1
         etcd_error = _find(exc, EtcdError)
         if etcd_error is not None:
             print(

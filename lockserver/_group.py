@@ -37,9 +37,12 @@ several-fold (measured on lockbench's load: a 64-op entry of 7.9 kB deflates to 
 24 µs; inflating takes 10 µs). The header stays plain: an entry that is skipped (its replica
 is not registered, its batch applied already) is not inflated. Format 1 (the same with the
 ops array itself in place of its deflated bytes) is still applied: a group restarted on this
-version applies the log its previous version wrote. Decoding is strict: another format
-number, ops that do not inflate, inflate past :data:`MAX_OPS_BYTES` or hold anything but an
-array raise ValueError. Op (a list, first item its kind):
+version applies the log its previous version wrote. Decoding is strict: ops that do not
+inflate, inflate past :data:`MAX_OPS_BYTES` or hold anything but an array raise ValueError
+(every replica of the version meets such an entry alike and skips it alike); another format
+number raises :class:`EntryFormatError`: a newer replica wrote it and the replicas that know
+it apply it, so a replica that meets it stops (``_replica.ReplicaHalted``) rather than
+diverge. Op (a list, first item its kind):
 
 - ``["x", conn, principal, request]`` execute; ``["e", conn, principal, admin, request]`` end;
   ``["c", conn, request]`` cancel; ``["r", conn, request]`` force-release;
@@ -79,6 +82,7 @@ from .engine import BigTable, EngineLimits, LockCore, Output, ShardedDict, WaitL
 
 __all__ = [
     "ENTRY_FORMAT",
+    "EntryFormatError",
     "MAX_OPS_BYTES",
     "Barrier",
     "Genesis",
@@ -197,12 +201,25 @@ def encode_entry(
     return pack([ENTRY_FORMAT, replica, batch, stamp, trust, packed])
 
 
+class EntryFormatError(ValueError):
+    """A log entry of a format this version does not know. Unlike a malformed entry, which
+    every replica of the same version meets alike (and skips alike), this one is applied by
+    the replicas that know its format: a replica that skipped it would diverge from them."""
+
+
 def decode_header(data: bytes) -> tuple[str, int, float, float, bytes | list[list[Any]]]:
     """(replica, batch, stamp, trust, ops) of an entry, its ops as :func:`encode_ops` made
     them (format 2) or as a list (format 1, written before format 2: read still, so a group
     restarted on this version applies the log its previous version left); ValueError when
     it is neither (the message names the format it has)."""
     w = unpack(data)
+    if type(w) is list and len(w) == 6 and type(w[0]) is int and w[0] not in (1, ENTRY_FORMAT):
+        raise EntryFormatError(
+            f"a log entry of format {w[0]}, which this version cannot apply (it applies "
+            f"formats 1 and {ENTRY_FORMAT}): a replica of a newer version wrote it; every "
+            "replica of a group must run the same entry format (docs/replication.md, "
+            "'Upgrading')"
+        )
     if (
         type(w) is not list
         or len(w) != 6

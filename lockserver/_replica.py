@@ -70,13 +70,28 @@ from protocol import (
 )
 
 from ._etcd import Compacted, Etcd, EtcdError, LeaseGone
-from ._group import Barrier, Genesis, GroupState, encode_entry, encode_ops, wire
+from ._group import (
+    Barrier,
+    EntryFormatError,
+    Genesis,
+    GroupState,
+    encode_entry,
+    encode_ops,
+    wire,
+)
 from ._peer import Peer
 from .engine import CoreStatistics, Engine, LockCore, Output, SessionsListing, Visibility
 
-__all__ = ["ReplicatedDoor", "Replica", "ReplicationSettings", "group_prefix"]
+__all__ = ["ReplicaHalted", "ReplicatedDoor", "Replica", "ReplicationSettings", "group_prefix"]
 
 log = logging.getLogger("lockserver.replica")
+
+
+class ReplicaHalted(Exception):
+    """This replica cannot go on applying the group's log (an entry of a format it does not
+    know): it stops rather than serve from state the rest of the group no longer has. The
+    ``lockserver`` command exits with status 1 and the message."""
+
 
 #: Bytes of one etcd value this side writes at most (etcd refuses requests past ~1.5 MiB).
 VALUE_LIMIT: Final = 1_000_000
@@ -372,6 +387,14 @@ class Replica:
         for ev in events:
             try:
                 outs += self._apply_event(ev, log_key, replicas)
+            except EntryFormatError as exc:
+                # The replicas that know the format apply it: skipping it would diverge.
+                # Its clients are told at once and fail over; nothing of the entry applied.
+                self.apply_errors += 1
+                why = f"replica {self.rid} stopped at revision {ev.mod_revision}: {exc}"
+                log.critical("%s", why)
+                self._reset(why)
+                raise ReplicaHalted(why) from exc
             except Exception:  # a bug: every replica meets it alike (the log is the same)
                 self.apply_errors += 1
                 log.exception(

@@ -16,6 +16,7 @@ import pytest
 from lockserver import _group
 from lockserver._group import (
     ENTRY_FORMAT,
+    EntryFormatError,
     GroupState,
     decode_entry,
     decode_header,
@@ -88,7 +89,7 @@ def test_format_1_is_still_applied_like_format_2() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (pack([3, "r1", 1, 1.0, 1.0, b""]), r"format 2 or 1 \(its format: 3\)"),
+        (pack([3, "r1", 1, 1.0, 1.0, b""]), r"format 3, which this version cannot apply"),
         (pack([2, "r1", 1, 1.0, 1.0, []]), r"format 2 or 1 \(its format: 2\)"),
         (pack([1, "r1", 1, 1.0, 1.0, b""]), r"format 2 or 1 \(its format: 1\)"),
         (pack({"not": "a list"}), r"its format: None"),
@@ -100,9 +101,11 @@ def test_format_1_is_still_applied_like_format_2() -> None:
 )
 def test_decoding_is_strict(data: bytes, message: str) -> None:
     """Anything but an entry of format 2 (or 1) with ops that inflate completely to an array
-    is a ValueError naming what is wrong."""
-    with pytest.raises(ValueError, match=message):
+    is a ValueError naming what is wrong; only an entry of another format number (a newer
+    replica's) is an EntryFormatError, which stops a replica instead of being skipped."""
+    with pytest.raises(ValueError, match=message) as info:
         decode_entry(data)
+    assert isinstance(info.value, EntryFormatError) == ("cannot apply" in message)
 
 
 def test_ops_inflating_past_the_bound_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:

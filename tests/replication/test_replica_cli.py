@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from lockbench.etcd import ETCD, SKIP_REASON, free_ports
+from lockbench.etcd import ETCD, SKIP_REASON, EtcdCluster, free_ports
+from lockbench.replicas import ReplicaGroup
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -67,3 +69,45 @@ def test_the_replicated_group_demo_runs() -> None:
     line = next(x for x in done.stdout.splitlines() if x.startswith("the other client takes"))
     later, earlier = (int(x) for x in line.split("fence ")[1].split(" > "))
     assert later > earlier
+
+
+def test_an_entry_of_an_unknown_format_stops_the_replica(
+    etcd1: EtcdCluster, tmp_path: Path
+) -> None:
+    """A log entry of a format this version does not know (a newer replica wrote it): the
+    replica does not skip it (the replicas that know it apply it; skipping would diverge) but
+    stops, exit 1 with the revision and the reason, no traceback; its client's connection is
+    closed."""
+    import base64
+    import socket
+
+    from client import Assert, LockClient, SetVar
+    from lockbench.etcd import _http
+    from lockserver._replica import group_prefix
+    from protocol import pack
+
+    group = f"u{time.monotonic_ns()}"
+    with ReplicaGroup(etcd1.endpoints, tmp_path / "replicas", n=1, group=group) as g:
+        g.start()
+        (replica,) = g.replicas
+        with LockClient(port=replica.port, timeout=10) as client, client.session() as session:
+            # Served through the log: the replica applies it from here on.
+            assert session.execute("ns", [Assert(SetVar("t", "v"))]).ok
+        with socket.create_connection(("127.0.0.1", replica.port), timeout=10) as sock:
+            entry = pack([3, "future-replica", 1, 0.0, 1.0, b"ops of format 3"])
+            key = group_prefix(group) + b"log"
+            body = {
+                "key": base64.b64encode(key).decode(),
+                "value": base64.b64encode(entry).decode(),
+            }
+            port = etcd1.members[0].client_port
+            _http(port, "POST", "/v3/kv/put", body, 5.0)
+            assert replica.process is not None
+            assert replica.process.wait(timeout=30) == 1
+            sock.settimeout(10)
+            while sock.recv(65536):  # the server closed it: EOF after whatever it sent
+                pass
+        text = replica.log_path.read_text()
+    assert "a log entry of format 3, which this version cannot apply" in text
+    assert "lockserver: error: replica" in text and "stopped at revision" in text
+    assert "Traceback" not in text
