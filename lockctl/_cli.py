@@ -136,23 +136,25 @@ def status(args: argparse.Namespace) -> int:
             "trust": f"{r['trust']:.3f}",
             "norm": f"{r['norm']:.3f}",
             "transactions_per_second": f"{r['transactions_per_second']:.1f}",
+            "group": r["replication"]["group"] if "replication" in r else "-",
+            "revision": r["replication"]["revision"] if "replication" in r else "-",
         }
         for r in records
     ]
-    human = table(
-        rows,
-        [
-            ("server", "SERVER"),
-            ("uptime", "UPTIME"),
-            ("trust", "TRUST"),
-            ("norm", "NORM"),
-            ("connections", "CONNS"),
-            ("sessions", "SESSIONS"),
-            ("entries", "ENTRIES"),
-            ("waiters", "WAITERS"),
-            ("transactions_per_second", "TX/S"),
-        ],
-    )
+    columns = [
+        ("server", "SERVER"),
+        ("uptime", "UPTIME"),
+        ("trust", "TRUST"),
+        ("norm", "NORM"),
+        ("connections", "CONNS"),
+        ("sessions", "SESSIONS"),
+        ("entries", "ENTRIES"),
+        ("waiters", "WAITERS"),
+        ("transactions_per_second", "TX/S"),
+    ]
+    if any("replication" in r for r in records):  # replicas: their group and applied revision
+        columns += [("group", "GROUP"), ("revision", "REVISION")]
+    human = table(rows, columns)
     emit(args, records, human)
     return Exit.OK
 

@@ -82,4 +82,21 @@ def status_record(server: str, stats: dict[str, Any]) -> dict[str, Any]:
         "waiters": stats["waiting"]["waiters"],
         "transactions_per_second": trust["rate"],
         "transactions_total": engine["transactions"],
+        **_replication(stats),
+    }
+
+
+def _replication(stats: dict[str, Any]) -> dict[str, Any]:
+    """A replica's place in its group (statistics ``replication``): nothing for a server
+    that is not a replica."""
+    repl = stats.get("replication")
+    if not isinstance(repl, dict):
+        return {}
+    return {
+        "replication": {
+            "group": repl["group"],
+            "replica": repl["replica"],
+            "replicas": sorted(set(repl["replicas"].values())),
+            "revision": repl["revision"],
+        }
     }

@@ -117,6 +117,7 @@ def test_status_human_and_json(server: ThreadedServer[RunningServer]) -> None:
         assert (record["sessions"], record["entries"], record["waiters"]) == (1, 1, 0)
         assert record["connections"] == 2  # ours and lockctl's
         assert record["started_at"].endswith("Z") and 0 <= record["uptime_seconds"] < BOUND
+        assert "replication" not in record  # a standalone server (a replica: its group)
 
 
 def test_status_of_several_servers(server: ThreadedServer[RunningServer]) -> None:

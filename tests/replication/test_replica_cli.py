@@ -111,3 +111,36 @@ def test_an_entry_of_an_unknown_format_stops_the_replica(
     assert "a log entry of format 3, which this version cannot apply" in text
     assert "lockserver: error: replica" in text and "stopped at revision" in text
     assert "Traceback" not in text
+
+
+def test_lockctl_status_names_a_replicas_group_and_revision(
+    etcd1: EtcdCluster, tmp_path: Path
+) -> None:
+    """`lockctl status` of a replica: its group, id, the group's replicas and the revision it
+    applied (JSON), and GROUP / REVISION columns (text); a standalone server has none."""
+    import json
+
+    group = f"s{time.monotonic_ns()}"
+    with ReplicaGroup(etcd1.endpoints, tmp_path / "replicas", n=1, group=group) as g:
+        g.start()
+        (replica,) = g.replicas
+
+        def lockctl(*args: str) -> str:
+            done = subprocess.run(
+                [sys.executable, "-m", "lockctl", "--server", replica.address, *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        (record,) = json.loads(lockctl("--json", "status"))
+        text = lockctl("status")
+    repl = record["replication"]
+    assert repl["group"] == group and repl["replicas"] == [replica.address]
+    assert repl["revision"] > 0 and repl["replica"]
+    header, row = text.splitlines()[:2]
+    assert header.split()[-2:] == ["GROUP", "REVISION"]
+    assert row.split()[-2:] == [group, str(repl["revision"])]
