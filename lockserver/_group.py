@@ -173,9 +173,12 @@ def encode_ops(ops: list[list[Any]]) -> bytes:
     return zlib.compress(pack(ops), 1)
 
 
-def decode_ops(packed: bytes) -> list[list[Any]]:
-    """The ops :func:`encode_ops` made ``packed`` of; ValueError when they do not inflate
-    (completely, within :data:`MAX_OPS_BYTES`, with nothing after them) to an array."""
+def decode_ops(packed: bytes | list[list[Any]]) -> list[list[Any]]:
+    """The ops :func:`encode_ops` made ``packed`` of (format 2), or ``packed`` itself when
+    it is the list a format-1 entry holds; ValueError when they do not inflate (completely,
+    within :data:`MAX_OPS_BYTES`, with nothing after them) to an array."""
+    if isinstance(packed, list):
+        return packed
     inflater = zlib.decompressobj()
     try:
         raw = inflater.decompress(packed, MAX_OPS_BYTES)
@@ -236,7 +239,7 @@ def decode_header(data: bytes) -> tuple[str, int, float, float, bytes | list[lis
 def decode_entry(data: bytes) -> tuple[str, int, float, float, list[list[Any]]]:
     """(replica, batch, stamp, trust, ops) of an entry; ValueError when it is not one."""
     replica, batch, stamp, trust, ops = decode_header(data)
-    return replica, batch, stamp, trust, ops if isinstance(ops, list) else decode_ops(ops)
+    return replica, batch, stamp, trust, decode_ops(ops)
 
 
 def wire(request: Any) -> dict[str, Any]:
@@ -296,7 +299,7 @@ class GroupState:
         if replica not in self.replicas or batch <= self.batches.get(replica, 0):
             self.skipped += 1
             return []
-        ops = packed if isinstance(packed, list) else decode_ops(packed)
+        ops = decode_ops(packed)
         self.batches[replica] = batch
         self.entries += 1
         now = self.now if stamp < self.now else stamp
