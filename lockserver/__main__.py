@@ -2,8 +2,9 @@
 
 Rules kept (issue #3, docs/configuration.md):
 - An invalid setting or command line prints ONE line on stderr
-  (``lockserver: error: ...``) and exits 2; no usage block, no traceback. A failure to listen
-  (address in use, permission) prints one line and exits 1.
+  (``lockserver: error: ...``) and exits 2; no usage block, no traceback. So does a
+  checkout whose compiled modules were not built from its sources (``lockserver._build``).
+  A failure to listen (address in use, permission) prints one line and exits 1.
 - Once listening it prints exactly ``lockserver listening on HOST:PORT`` on stdout, flushed (the
   real port when ``--port 0`` was asked), so scripts and tests can read the port.
 - SIGINT / SIGTERM: stop accepting, let in-flight replies drain, exit 0 within a second.
@@ -26,6 +27,7 @@ from typing import Any
 
 import trio
 
+from ._build import build_problem
 from ._config import ConfigError, ServerConfig, load_config
 from ._etcd import EtcdError
 from ._gcstats import freeze_big_tables
@@ -92,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except SystemExit as exc:  # --help / --version
         return exc.code if isinstance(exc.code, int) else 0
+    problem = build_problem()
+    if problem is not None:
+        print(f"lockserver: error: {problem}", file=sys.stderr, flush=True)
+        return 2
     configure_logging(config)
     if config.processes > 1 and config.replicate:
         print(

@@ -10,17 +10,37 @@ builds must behave identically (same wire bytes, same errors); the suite runs bo
 server can report it (``--version``, the startup line, statistics, ``/metrics``, the status
 page) and a test can check that a compiled run really loaded compiled code.
 
+A compiled module does not follow its ``.py``: the import system loads the ``.so`` even after
+the source was edited or checked out at another commit. So the build script records each
+source's SHA-256 in ``SOURCES_MANIFEST`` beside the packages, and ``build_problem()`` says
+when what runs is not what the checkout holds (a module compiled from other source, or a
+build that is only partly there); the ``lockserver`` command refuses to start then, naming
+the modules and the fix, rather than run code nobody can read (and, in a replicated group,
+code its peers may not run).
+
 This module imports nothing of the project: the build script loads it by path to read the
 module list without importing (possibly stale) compiled modules.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.machinery
+import json
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Final
 
-__all__ = ["COMPILED_MODULES", "build", "compiled_modules"]
+__all__ = [
+    "COMPILED_MODULES",
+    "SOURCES_MANIFEST",
+    "build",
+    "build_problem",
+    "compiled_modules",
+    "source_digest",
+    "stale_modules",
+]
 
 #: The modules the compiled build compiles, as importable names.
 COMPILED_MODULES: Final = (
@@ -36,6 +56,13 @@ COMPILED_MODULES: Final = (
     "lockserver.engine._sharded",
     "lockserver.engine._deadlines",
 )
+
+#: The file, at the top of the checkout (beside the packages), where the build script records
+#: the SHA-256 of each compiled module's source: ``{"sources": {module: hex digest}}``.
+SOURCES_MANIFEST: Final = "lockserver_compiled.sources.json"
+
+#: Where the packages of this checkout live (the manifest's directory).
+_TOP: Final = Path(__file__).resolve().parents[1]
 
 
 def compiled_modules() -> tuple[str, ...]:
@@ -57,3 +84,61 @@ def build() -> str:
     if n == 0:
         return "pure"
     return "compiled" if n == len(COMPILED_MODULES) else "partial"
+
+
+def source_digest(path: Path) -> str:
+    """The hex SHA-256 of a source file's bytes, as the manifest records it."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def stale_modules(loaded: Iterable[tuple[str, Path]], manifest: Path) -> tuple[str, ...]:
+    """Of the compiled modules ``loaded`` (name, the ``.py`` beside its extension file), those
+    whose source is not the one they were compiled from: its digest differs from the
+    manifest's, the manifest does not name it, the source is gone, or there is no readable
+    manifest at all (a build made before manifests, or one whose manifest was removed)."""
+    try:
+        recorded = json.loads(manifest.read_text())["sources"]
+        if not isinstance(recorded, dict):
+            raise TypeError("sources is not an object")
+    except (OSError, ValueError, KeyError, TypeError):
+        recorded = {}
+    stale = []
+    for name, source in loaded:
+        try:
+            fresh = recorded.get(name) == source_digest(source)
+        except OSError:
+            fresh = False
+        if not fresh:
+            stale.append(name)
+    return tuple(stale)
+
+
+def build_problem() -> str | None:
+    """Why this process should not serve with the modules it loaded, or None: some compiled
+    modules were built from other sources than the checkout's (edited or checked out since),
+    or only some of ``COMPILED_MODULES`` are compiled. The message names the modules and the
+    fix."""
+    names = compiled_modules()
+    if not names:
+        return None
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    loaded = []
+    for name in names:
+        path = str(getattr(importlib.import_module(name), "__file__", ""))
+        suffix = next(s for s in suffixes if path.endswith(s))
+        loaded.append((name, Path(path[: -len(suffix)] + ".py")))
+    fix = (
+        "rebuild them (python scripts/mypyc_build.py) or remove them to run pure Python "
+        "(python scripts/mypyc_build.py --clean)"
+    )
+    stale = stale_modules(loaded, _TOP / SOURCES_MANIFEST)
+    if stale:
+        which = f"module {stale[0]} was" if len(stale) == 1 else f"modules {', '.join(stale)} were"
+        return (
+            f"the compiled {which} not built from the source beside it (edited or checked out "
+            f"since the build): {fix}"
+        )
+    if len(names) != len(COMPILED_MODULES):
+        missing = [m for m in COMPILED_MODULES if m not in names]
+        return f"the compiled build is partial ({', '.join(missing)} not compiled): {fix}"
+    return None

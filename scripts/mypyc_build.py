@@ -10,8 +10,10 @@ headers are there, 1 (saying what is missing) when not.
 
 Needs mypy and setuptools (the test extra), a C compiler and the Python headers (Debian:
 ``gcc python3-dev``). The intermediate C files go to a temporary directory; nothing but the
-extension files is left in the checkout. A compiled module does not follow its ``.py``:
-after editing one, build again or clean.
+extension files and the manifest of their sources' digests
+(``lockserver._build.SOURCES_MANIFEST``) is left in the checkout. A compiled module does not
+follow its ``.py``: after editing one, build again or clean (the ``lockserver`` command
+refuses to start with compiled modules whose sources changed, and says so).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib.machinery
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -27,6 +30,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Where compiled files may be: the packages, and the top for the shared runtime library.
@@ -34,14 +38,34 @@ PACKAGES = ("protocol", "lockserver", "client", "lockbench", "lockctl")
 GROUP = "lockserver_compiled"
 
 
-def compiled_modules_list() -> tuple[str, ...]:
-    """``COMPILED_MODULES``, read from ``lockserver/_build.py`` without importing the project
-    (whose compiled modules may be stale)."""
+def _build_module() -> Any:
+    """``lockserver/_build.py``, loaded by path without importing the project (whose compiled
+    modules may be stale)."""
     spec = importlib.util.spec_from_file_location("_build", ROOT / "lockserver" / "_build.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return tuple(module.COMPILED_MODULES)
+    return module
+
+
+def compiled_modules_list() -> tuple[str, ...]:
+    """``COMPILED_MODULES``, as ``lockserver/_build.py`` lists them."""
+    return tuple(_build_module().COMPILED_MODULES)
+
+
+def manifest_path() -> Path:
+    """Where the build records its sources' digests."""
+    return ROOT / str(_build_module().SOURCES_MANIFEST)
+
+
+def write_manifest() -> None:
+    """Record the SHA-256 of each compiled module's source, as it was compiled."""
+    module = _build_module()
+    sources = {
+        name: module.source_digest(ROOT / (name.replace(".", "/") + ".py"))
+        for name in module.COMPILED_MODULES
+    }
+    manifest_path().write_text(json.dumps({"sources": sources}, indent=1) + "\n")
 
 
 def compiled_files() -> list[Path]:
@@ -54,10 +78,12 @@ def compiled_files() -> list[Path]:
 
 
 def clean() -> int:
-    """Remove the compiled files; returns how many there were."""
+    """Remove the compiled files and the manifest; returns how many compiled files there
+    were."""
     files = compiled_files()
     for path in files:
         path.unlink()
+    manifest_path().unlink(missing_ok=True)
     return len(files)
 
 
@@ -81,6 +107,9 @@ def build() -> None:
     from setuptools import setup
 
     clean()
+    # The digests of the sources as they are now, before compiling them: an edit made during
+    # the build then shows as stale rather than hiding behind a later digest.
+    write_manifest()
     # setuptools reads the project's pyproject.toml (cwd) and warns about its metadata, which
     # this build does not use.
     warnings.filterwarnings("ignore", message=".*project.license.*")
