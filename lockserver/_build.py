@@ -1,7 +1,7 @@
 """Which build of the hot modules runs: pure Python, or compiled with mypyc (issue 19).
 
-The modules in ``COMPILED_MODULES`` are the protocol's and the engine's hot path. By default
-they are plain Python. ``python scripts/mypyc_build.py`` compiles them in place: a ``.so``
+The modules in ``COMPILED_MODULES`` are the hot path: the protocol's, the engine's and the
+shell's request handler (``lockserver._requests``). By default they are plain Python. ``python scripts/mypyc_build.py`` compiles them in place: a ``.so``
 beside each ``.py``, which the import system prefers; ``--clean`` removes them again. Both
 builds must behave identically (same wire bytes, same errors); the suite runs both ways
 (``scripts/test.py``).
@@ -55,6 +55,7 @@ COMPILED_MODULES: Final = (
     "lockserver.engine._core",
     "lockserver.engine._sharded",
     "lockserver.engine._deadlines",
+    "lockserver._requests",
 )
 
 #: The file, at the top of the checkout (beside the packages), where the build script records
@@ -133,11 +134,11 @@ def build_problem() -> str | None:
     )
     stale = stale_modules(loaded, _TOP / SOURCES_MANIFEST)
     if stale:
-        which = f"module {stale[0]} was" if len(stale) == 1 else f"modules {', '.join(stale)} were"
-        return (
-            f"the compiled {which} not built from the source beside it (edited or checked out "
-            f"since the build): {fix}"
-        )
+        if len(stale) == 1:
+            which = f"module {stale[0]} was not built from the source beside it"
+        else:
+            which = f"modules {', '.join(stale)} were not built from the sources beside them"
+        return f"the compiled {which} (edited or checked out since the build): {fix}"
     if len(names) != len(COMPILED_MODULES):
         missing = [m for m in COMPILED_MODULES if m not in names]
         return f"the compiled build is partial ({', '.join(missing)} not compiled): {fix}"

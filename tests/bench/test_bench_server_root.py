@@ -14,6 +14,7 @@ from lockbench._results import machine_info
 from lockbench._spawn import PACKAGES_ROOT, SpawnError, server_root, spawned
 from lockbench._targets import Backend
 from lockbench.replicas import ReplicaGroup
+from lockserver._build import SOURCES_MANIFEST
 
 MARK = "# written by test_bench_server_root\n"
 
@@ -26,6 +27,9 @@ def _copy_of_the_server(into: Path, marker: Path) -> Path:
         shutil.copytree(
             PACKAGES_ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__")
         )
+    manifest = PACKAGES_ROOT / SOURCES_MANIFEST  # a compiled checkout's: it vouches for its .so
+    if manifest.exists():
+        shutil.copy(manifest, root / SOURCES_MANIFEST)
     main = root / "lockserver" / "__main__.py"
     source = main.read_text()
     head, sep, rest = source.partition("from __future__ import annotations\n")
