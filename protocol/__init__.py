@@ -1,6 +1,7 @@
 """The lockserver wire protocol: length-prefixed msgpack frames, messages and the transaction
 tree vocabulary. Pure and sans-I/O (no sockets, no clock). See PROTOCOL.md."""
 
+from ._codec import new_transaction_result as new_transaction_result
 from ._codec import pack as pack
 from ._codec import request_from_wire as request_from_wire
 from ._codec import request_to_wire as request_to_wire
@@ -148,6 +149,7 @@ __all__ = [
     "request_from_wire",
     "server_message_to_wire",
     "server_message_from_wire",
+    "new_transaction_result",
     # messages
     "PROTOCOL_VERSION",
     "DEFAULT_SESSION_MAX_AGE",

@@ -184,7 +184,13 @@ def _unchecked_maker(cls: type[Any]) -> Callable[..., Any]:
         setters[f"_s{i}"] = vars(owner)[name].__set__
     body = "".join(f"    _s{i}(o, {name})\n" for i, name in enumerate(names))
     source = f"def make({', '.join(names)}):\n    o = _new(cls)\n{body}    return o\n"
-    namespace: dict[str, Any] = {"_new": object.__new__, "cls": cls, **setters}
+    # __name__: the function belongs to the class's module (its __module__ says so).
+    namespace: dict[str, Any] = {
+        "__name__": cls.__module__,
+        "_new": object.__new__,
+        "cls": cls,
+        **setters,
+    }
     exec(source, namespace)  # a fixed template over attrs field names, nothing received
     return namespace["make"]  # type: ignore[no-any-return]
 

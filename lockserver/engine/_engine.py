@@ -55,6 +55,7 @@ from protocol import (
     Status,
     Transaction,
     TransactionResult,
+    new_transaction_result,
     value_size,
 )
 
@@ -359,7 +360,7 @@ class Engine:
             if self.feed_log is not None and ns in self.feed_namespaces:
                 self._log_commit(ns, s.session_id, ctx.snapshots, now)
         self._outcomes[_OK] += 1
-        result = TransactionResult(
+        result = new_transaction_result(
             Status.TRANSACTION_OK,
             Cause.UNSPECIFIED,
             tid,
@@ -370,6 +371,7 @@ class Engine:
             tuple(ctx.data),
             self.fence,
             valid_until,
+            (),
         )
         if tid:
             self._remember(s, tx, result)

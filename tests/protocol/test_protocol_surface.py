@@ -232,6 +232,7 @@ PUBLIC = {
     "DeleteVar",
     "check_value",
     "value_size",
+    "new_transaction_result",
     "ELEMENT_SIZE",
     "MIN_SECONDS",
     "MAX_HELLO_FRAME",
