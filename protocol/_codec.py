@@ -520,19 +520,22 @@ def result_to_wire(request_id: int, body: TransactionResult) -> dict[str, Any]:
     msgpack packs them as the plain integers and arrays they are, so no conversion is spent on
     them (``server_message_to_wire`` converts them, for callers that inspect the map). The
     ``holders`` of a denial are sent only when there are some: a grant's map is unchanged."""
+    # Any: the fields as they are (a compiled build would turn an int declared float into a
+    # float on reading it, and the bytes would depend on the build).
+    b: Any = body
     out = {
         "type": "result",
         "id": request_id,
-        "status": body.status,
-        "cause": body.cause,
-        "tx_id": body.transaction_id,
-        "host": body.host,
-        "uptime": body.uptime,
-        "trust": body.trust,
-        "failed": body.failed_statement,
-        "data": body.data,
-        "fence": body.fence,
-        "valid_until": body.valid_until,
+        "status": b.status,
+        "cause": b.cause,
+        "tx_id": b.transaction_id,
+        "host": b.host,
+        "uptime": b.uptime,
+        "trust": b.trust,
+        "failed": b.failed_statement,
+        "data": b.data,
+        "fence": b.fence,
+        "valid_until": b.valid_until,
     }
     if body.holders:
         out["holders"] = [holder_to_wire(h) for h in body.holders]
