@@ -1,8 +1,9 @@
 """Which build of the hot modules runs: pure Python, or compiled with mypyc (issue 19).
 
 The modules in ``COMPILED_MODULES`` are the hot path: the protocol's, the engine's and the
-shell's request handler (``lockserver._requests``). By default they are plain Python. ``python scripts/mypyc_build.py`` compiles them in place: a ``.so``
-beside each ``.py``, which the import system prefers; ``--clean`` removes them again. Both
+shell's request handler (``lockserver._requests``). By default they are plain Python.
+``python scripts/mypyc_build.py`` compiles them in place: a ``.so`` beside each ``.py``,
+which the import system prefers; ``--clean`` removes them again. Both
 builds must behave identically (same wire bytes, same errors); the suite runs both ways
 (``scripts/test.py``).
 
