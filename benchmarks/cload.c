@@ -45,8 +45,12 @@
  * exact worst, overall and per `--window` (10 s) slice of the window.
  *
  * Also measured: each reply's arrival in this machine's kernel (SO_TIMESTAMPNS, the arrival
- * of the last segment a read returned): the worst latency to arrival and the longest a reply
- * lay unread (this process's own delay); with `--stat-pid PID`, that process's CPU time
+ * of the last segment a read returned): the worst latency to arrival, the worst from the
+ * request's write to its reply's arrival (the server's turnaround, queueing included, without
+ * this client's lateness), the longest a reply lay unread (this process's own delay) and, paced,
+ * how late this process sent a request whose slot was free (its timer's lateness). On a VM an
+ * idle vCPU wakes late: `--spin 1` never sleeps (epoll with a zero timeout), for a client with
+ * a CPU to itself. With `--stat-pid PID`, that process's CPU time
  * (utime + stime of /proc/PID/stat) over the window, this process's own (getrusage), and the
  * whole machine's (/proc/stat), so what else ran meanwhile is on the record.
  *
@@ -442,7 +446,7 @@ typedef struct {
     const char *host, *target, *tag, *dump;
     int port, conns, depth, stat_pid;
     shape_t shape;
-    bool redis;
+    bool redis, spin;
     double rate, duration, warmup, window;
     uint64_t count, max_errors;
     long prefill;
@@ -452,7 +456,7 @@ static void usage(void) {
     fputs("usage: cload --port PORT [--host 127.0.0.1] [--target lockserver|redis]\n"
           "             [--shape c64|pipelined|bigtable] [--connections N] [--depth D]\n"
           "             [--prefill N] [--rate R] [--duration S] [--warmup S] [--window S]\n"
-          "             [--count N] [--max-errors N] [--stat-pid PID] [--tag TAG]\n"
+          "             [--count N] [--max-errors N] [--stat-pid PID] [--tag TAG] [--spin 0|1]\n"
           "       cload --dump FILE [--tag TAG] [--prefill N]   (sample frames, no network)\n",
           stderr);
     exit(2);
@@ -503,6 +507,7 @@ static void parse_opts(int argc, char **argv, opts_t *o) {
         else if (!strcmp(a, "--stat-pid")) o->stat_pid = (int)num_arg(a, v, 1, 1e9);
         else if (!strcmp(a, "--tag")) o->tag = v;
         else if (!strcmp(a, "--dump")) o->dump = v;
+        else if (!strcmp(a, "--spin")) o->spin = num_arg(a, v, 0, 1) > 0;
         else usage();
     }
     if (!strcmp(o->target, "redis")) o->redis = true;
@@ -690,6 +695,7 @@ static void describe(const reply_t *r, const char *what, char *out, size_t n) {
 
 typedef struct {
     int64_t start_ns; /* when it was sent (closed loop) or due (paced) */
+    int64_t sent_ns;  /* when it was written */
     uint64_t id;
     bool used, measured;
 } slot_t;
@@ -959,15 +965,18 @@ static double proc_cpu_s(int pid) {
 
 /* Every CPU's busy time since boot (user + nice + system + irq + softirq + steal of
  * /proc/stat): over the window, less the server's and this process's, it is what else ran. */
-static double machine_busy_s(void) {
+static double machine_busy_s(double *steal) {
+    *steal = NAN;
     FILE *f = fopen("/proc/stat", "r");
     if (f == NULL) return NAN;
     unsigned long long v[8] = {0};
     int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
                    &v[4], &v[5], &v[6], &v[7]);
     fclose(f);
-    if (n < 7) return NAN;
-    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
+    if (n < 8) return NAN;
+    double tick = (double)sysconf(_SC_CLK_TCK);
+    *steal = (double)v[7] / tick; /* the hypervisor ran something else on our vCPUs */
+    return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / tick;
 }
 
 static double self_cpu_s(void) {
@@ -981,12 +990,13 @@ typedef struct {
     hist_t hist;
     int64_t *window_max; /* per --window slice of the measurement, ns */
     int windows;
-    int64_t arrival_max_ns, read_delay_max_ns, send_late_max_ns;
+    int64_t arrival_max_ns, read_delay_max_ns, send_late_max_ns, turnaround_max_ns;
     uint64_t tx, replies, drained, acquired_total, sent_total;
 } stats_t;
 
 static stats_t g_st;
 static double g_server_cpu_s = NAN, g_client_cpu_s = NAN, g_machine_busy_s = NAN;
+static double g_steal_s = NAN;
 static const char *g_stopped_by = "duration";
 
 /* ---------------------------------------------------------------- epoll wait, ns timeout */
@@ -1048,7 +1058,7 @@ static int prefill(const opts_t *o, double *seconds, double *server_cpu, long *s
         while (cs[s].inflight < PREFILL_DEPTH && cs[s].next_exec < execs) {
             uint32_t id = (uint32_t)(++cs[s].sent);
             put_prefill(&cs[s].wbuf, o, cs[s].next_exec, sessions, id);
-            cs[s].ring[id & cs[s].mask] = (slot_t){0, id, true, false};
+            cs[s].ring[id & cs[s].mask] = (slot_t){0, 0, id, true, false};
             cs[s].inflight++;
             cs[s].next_exec += sessions;
         }
@@ -1084,7 +1094,7 @@ static int prefill(const opts_t *o, double *seconds, double *server_cpu, long *s
                 if (c->inflight < PREFILL_DEPTH && c->next_exec < execs) {
                     uint32_t id = (uint32_t)(++c->sent);
                     put_prefill(&c->wbuf, o, c->next_exec, sessions, id);
-                    c->ring[id & c->mask] = (slot_t){0, id, true, false};
+                    c->ring[id & c->mask] = (slot_t){0, 0, id, true, false};
                     c->inflight++;
                     c->next_exec += sessions;
                 }
@@ -1130,7 +1140,7 @@ static void send_one(load_t *L, conn_t *c, int64_t now) {
     }
     slot_t *sl = &c->ring[(L->o->redis ? k : id) & c->mask];
     if (sl->used) fatal_at("internal: slot in use");
-    *sl = (slot_t){start, L->o->redis ? k : id, true, start >= L->measure_at};
+    *sl = (slot_t){start, now, L->o->redis ? k : id, true, start >= L->measure_at};
     c->inflight++;
     g_st.sent_total++;
 }
@@ -1159,6 +1169,8 @@ static void on_reply(load_t *L, conn_t *c, slot_t *sl, bool ok, int64_t now) {
     if (c->arrived_ns > 0) {
         if (c->arrived_ns - sl->start_ns > g_st.arrival_max_ns)
             g_st.arrival_max_ns = c->arrived_ns - sl->start_ns;
+        if (c->arrived_ns - sl->sent_ns > g_st.turnaround_max_ns)
+            g_st.turnaround_max_ns = c->arrived_ns - sl->sent_ns;
         if (now - c->arrived_ns > g_st.read_delay_max_ns)
             g_st.read_delay_max_ns = now - c->arrived_ns;
     }
@@ -1231,7 +1243,7 @@ static void run_load(load_t *L) {
     g_st.windows = (int)slices + ((double)(int)slices < slices ? 1 : 0);
     if (g_st.windows < 1) g_st.windows = 1;
     g_st.window_max = calloc((size_t)g_st.windows, sizeof(int64_t));
-    double cpu0 = NAN, self0 = 0, busy0 = NAN;
+    double cpu0 = NAN, self0 = 0, busy0 = NAN, steal0 = NAN, steal1;
     bool measuring = false;
     int64_t next_resync = now + 100000000;
     int64_t drain_until = 0;
@@ -1245,7 +1257,7 @@ static void run_load(load_t *L) {
             measuring = true;
             cpu0 = proc_cpu_s(o->stat_pid);
             self0 = self_cpu_s();
-            busy0 = machine_busy_s();
+            busy0 = machine_busy_s(&steal0);
         }
         if (L->sending) {
             const char *why = NULL;
@@ -1260,11 +1272,12 @@ static void run_load(load_t *L) {
                     measuring = true;
                     cpu0 = proc_cpu_s(o->stat_pid);
                     self0 = self_cpu_s();
-                    busy0 = machine_busy_s();
+                    busy0 = machine_busy_s(&steal0);
                 }
                 g_server_cpu_s = proc_cpu_s(o->stat_pid) - cpu0;
                 g_client_cpu_s = self_cpu_s() - self0;
-                g_machine_busy_s = machine_busy_s() - busy0;
+                g_machine_busy_s = machine_busy_s(&steal1) - busy0;
+                g_steal_s = steal1 - steal0;
                 g_stopped_by = why;
                 drain_until = now + DRAIN_NS;
             }
@@ -1293,7 +1306,7 @@ static void run_load(load_t *L) {
                 }
             }
         }
-        int n = wait_events(evs, 256, timeout);
+        int n = wait_events(evs, 256, o->spin ? 0 : timeout);
         if (n < 0 && errno != EINTR) { fatal_at("epoll_wait: %s", strerror(errno)); break; }
         for (int i = 0; i < n; i++) {
             conn_t *c = evs[i].data.ptr;
@@ -1345,7 +1358,8 @@ static void report(const opts_t *o, double elapsed, double prefill_s, double pre
            SHAPES[o->shape]);
     printf("\"host\": \"%s\", \"port\": %d, \"tag\": ", o->host, o->port);
     json_str(o->tag, strlen(o->tag));
-    printf(", \"connections\": %d, \"depth\": %d, ", o->conns, o->depth);
+    printf(", \"connections\": %d, \"depth\": %d, \"spin\": %s, ", o->conns, o->depth,
+           o->spin ? "true" : "false");
     if (o->rate > 0) printf("\"rate\": %.3f, ", o->rate);
     else printf("\"rate\": null, ");
     printf("\"duration\": %.3f, \"warmup\": %.3f, \"window\": %.3f, \"count\": %" PRIu64 ", ",
@@ -1370,6 +1384,7 @@ static void report(const opts_t *o, double elapsed, double prefill_s, double pre
         printf("%s%.3f", w ? ", " : "", (double)g_st.window_max[w] / 1000.0);
     printf("], ");
     json_num("arrival_worst_us", (double)g_st.arrival_max_ns / 1000.0, true);
+    json_num("send_to_arrival_worst_us", (double)g_st.turnaround_max_ns / 1000.0, true);
     json_num("read_delay_max_us", (double)g_st.read_delay_max_ns / 1000.0, true);
     json_num("send_late_max_us", o->rate > 0 ? (double)g_st.send_late_max_ns / 1000.0 : NAN, true);
     printf("\"sent_total\": %" PRIu64 ", \"acquired_total\": %" PRIu64 ", ", g_st.sent_total,
@@ -1382,6 +1397,7 @@ static void report(const opts_t *o, double elapsed, double prefill_s, double pre
     json_num("client_cpu_s", g_client_cpu_s, true);
     json_num("client_cpu_us_per_tx", g_st.tx ? g_client_cpu_s * 1e6 / (double)g_st.tx : NAN, true);
     json_num("machine_busy_s", g_machine_busy_s, true);
+    json_num("machine_steal_s", g_steal_s, true);
     /* What ran besides the server and this client (clock-tick granularity: +-0.02 s). */
     json_num("other_cpu_s", g_machine_busy_s - g_client_cpu_s -
                                 (isnan(g_server_cpu_s) ? 0 : g_server_cpu_s), true);

@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,7 @@ class RunSpec:
     count: int = 10_000_000
     max_errors: int = 1000
     pin: bool = False
+    spin: bool = False
     tag: str | None = None
 
     def client_args(self) -> list[str]:
@@ -188,6 +189,8 @@ class RunSpec:
                 args += [flag, str(value)]
         args += ["--duration", str(self.duration), "--warmup", str(self.warmup)]
         args += ["--window", str(self.window), "--count", str(self.count)]
+        if self.spin:
+            args += ["--spin", "1"]
         return [*args, "--max-errors", str(self.max_errors)]
 
     def bound_s(self) -> float:
@@ -331,46 +334,69 @@ def _specs(args: argparse.Namespace) -> Iterator[RunSpec]:
                     window=args.window,
                     count=args.count,
                     pin=args.pin,
+                    spin=args.spin,
                 )
 
 
-def _us(value: Any) -> str:
-    return "-" if value is None else f"{value:,.0f}"
+def _num(value: Any, scale: float = 1.0, digits: int = 0) -> str:
+    return "-" if value is None else f"{value / scale:,.{digits}f}"
 
 
-def _ms(value: Any) -> str:
-    return "-" if value is None else f"{value / 1000:.2f}"
+def _layout(r: dict[str, Any]) -> str:
+    return str(r["layout"]) + ("+spin" if r.get("spin") else "")
+
+
+def _load(r: dict[str, Any]) -> str:
+    return "closed" if r["rate"] is None else f"{r['rate']:,.0f}/s"
+
+
+def _entries(r: dict[str, Any]) -> str:
+    entries, expected = r["server"].get("entries"), r["server"]["entries_expected"]
+    return "-" if expected is None else "ok" if entries == expected else f"{entries}!"
+
+
+#: The table: (heading, width, cell). Latencies in µs up to p99.9, the worst ones in ms:
+#: worst (from the send, or the due time when paced), per --window slice, to the reply's
+#: arrival in the kernel, from the write to the arrival (the server's turnaround), the
+#: longest a reply lay unread and (paced) the client's own lateness; CPU per transaction of
+#: the server and of the client; other: CPU seconds of everything else during the window.
+COLUMNS: tuple[tuple[str, int, Callable[[dict[str, Any]], str]], ...] = (
+    ("target", -10, lambda r: r["target"]),
+    ("shape", -9, lambda r: r["shape"]),
+    ("layout", -13, _layout),
+    ("load", 9, _load),
+    ("tx/s", 8, lambda r: _num(r["tx_per_s"])),
+    ("p50", 6, lambda r: _num(r["p50_us"])),
+    ("p99", 6, lambda r: _num(r["p99_us"])),
+    ("p99.9", 6, lambda r: _num(r["p999_us"])),
+    ("worst", 6, lambda r: _num(r["worst_us"], 1000, 2)),
+    ("windows", 7, lambda r: "/".join(_num(w, 1000, 1) for w in r["worst_per_window_us"])),
+    ("arrive", 6, lambda r: _num(r["arrival_worst_us"], 1000, 2)),
+    ("turn", 6, lambda r: _num(r["send_to_arrival_worst_us"], 1000, 2)),
+    ("unread", 6, lambda r: _num(r["read_delay_max_us"], 1000, 2)),
+    ("late", 5, lambda r: _num(r["send_late_max_us"], 1000, 2)),
+    ("srv/tx", 6, lambda r: _num(r["server_cpu_us_per_tx"], 1, 1)),
+    ("cli/tx", 6, lambda r: _num(r["client_cpu_us_per_tx"], 1, 1)),
+    ("other", 5, lambda r: _num(r["other_cpu_s"], 1, 1)),
+    ("errors", 6, lambda r: str(r["errors"])),
+    ("entries", 7, _entries),
+)
+
+
+def _cells(cells: Sequence[str]) -> str:
+    return " ".join(
+        f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, (_, w, _f) in zip(cells, COLUMNS, strict=True)
+    )
+
+
+def header() -> str:
+    """The table's heading (µs: p50 to p99.9; ms: worst to late; µs: CPU per tx; s: other)."""
+    return _cells([name for name, _, _ in COLUMNS])
 
 
 def row(r: dict[str, Any]) -> str:
     """One run as a line of the table."""
-    mode = "closed" if r["rate"] is None else f"{r['rate']:,.0f}/s"
-    windows = "/".join(_ms(w) for w in r["worst_per_window_us"])
-    entries, expected = r["server"].get("entries"), r["server"]["entries_expected"]
-    ok = "-" if expected is None else "ok" if entries == expected else f"{entries}!"
-    return (
-        f"{r['target']:<10} {r['shape']:<9} {r['layout']:<8} {mode:>9} {_us(r['tx_per_s']):>9} "
-        f"{_us(r['p50_us']):>7} {_us(r['p99_us']):>7} {_us(r['p999_us']):>7} "
-        f"{_ms(r['worst_us']):>7} {windows:>9} {_ms(r['arrival_worst_us']):>7} "
-        f"{_ms(r['read_delay_max_us']):>6} {_us_per_tx(r['server_cpu_us_per_tx']):>7} "
-        f"{_us_per_tx(r['client_cpu_us_per_tx']):>6} {_cpu(r['other_cpu_s']):>5} "
-        f"{r['errors']:>6} {ok:>7}"
-    )
-
-
-def _cpu(value: Any) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def _us_per_tx(value: Any) -> str:
-    return "-" if value is None else f"{value:.1f}"
-
-
-HEADER = (
-    f"{'target':<10} {'shape':<9} {'layout':<8} {'load':>9} {'tx/s':>9} {'p50 µs':>7} "
-    f"{'p99 µs':>7} {'p99.9µs':>7} {'worst ms':>7} {'per-10s ms':>9} {'arrival':>7} "
-    f"{'unread':>6} {'srv µs/tx':>7} {'cli µs':>6} {'other':>5} {'errors':>6} {'entries':>7}"
-)
+    return _cells([cell(r) for _, _, cell in COLUMNS])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -381,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", choices=("lockserver", "redis", "both"), default="lockserver")
     parser.add_argument(
         "--pin", action="store_true", help="server on CPU 0, the client on the rest"
+    )
+    parser.add_argument(
+        "--spin", action="store_true", help="the client never sleeps (busy-polls; needs --pin)"
     )
     parser.add_argument("--duration", type=float, default=10.0, help="measured seconds (10)")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds before (1)")
@@ -410,6 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     for shape in args.shape.split(","):
         if shape.strip() and shape.strip() not in SHAPES:
             parser.error(f"--shape: one of {', '.join(SHAPES)}, not {shape!r}")
+    if args.spin and not args.pin:
+        parser.error(
+            "--spin needs --pin: a spinning client without a CPU of its own takes the server's"
+        )
     if args.server_root is not None:
         os.environ[SERVER_ROOT_VARIABLE] = str(args.server_root.resolve())
     try:
@@ -426,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
                 + " in the server's checkout"
             )
         runs: list[dict[str, Any]] = []
-        print(HEADER, flush=True)
+        print(header(), flush=True)
         for spec in _specs(args):
             result = run(exe.path, spec)
             runs.append(result)
@@ -445,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": machine_info(),
             "server_build": which,
+            "client": exe.path.name,
             "runs": runs,
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)

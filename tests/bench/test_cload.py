@@ -134,12 +134,16 @@ def test_c64_and_the_server_holds_every_acquire(exe: Path) -> None:
 
 def test_bigtable_prefills_through_16_sessions_then_acquires(exe: Path) -> None:
     """2,000 entries in 8 executes of 250 (8 sessions: fewer than 16 executes), then 4 load
-    connections, pinned when the machine has two CPUs (the server on the first, the client
-    on the rest)."""
+    connections, pinned and spinning when the machine has two CPUs (the server on the first,
+    the client on the rest, never sleeping)."""
     pin = len(available_cpus()) >= 2
-    r = run(exe, RunSpec(shape="bigtable", prefill=2000, connections=4, pin=pin, **SHORT))
+    spec = RunSpec(shape="bigtable", prefill=2000, connections=4, pin=pin, spin=pin, **SHORT)
+    r = run(exe, spec)
     _sane(r, PINNED if pin else UNPINNED)
     assert (r["prefill"], r["prefill_sessions"], r["prefill_batch"]) == (2000, 8, 250)
+    assert r["spin"] is pin
+    # The turnaround (write to arrival) is within the latency (due or send to read).
+    assert 0 < r["send_to_arrival_worst_us"] <= r["worst_us"]  # type: ignore[operator]
     if pin:
         assert r["cpus"] == {
             "server": [min(available_cpus())],
