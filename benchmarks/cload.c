@@ -979,6 +979,13 @@ static double machine_busy_s(double *steal) {
     return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / tick;
 }
 
+/* Times this process was switched out while it could run: another task took its CPU. */
+static long self_nivcsw(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_nivcsw;
+}
+
 static double self_cpu_s(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -997,6 +1004,7 @@ typedef struct {
 static stats_t g_st;
 static double g_server_cpu_s = NAN, g_client_cpu_s = NAN, g_machine_busy_s = NAN;
 static double g_steal_s = NAN;
+static long g_nivcsw = -1;
 static const char *g_stopped_by = "duration";
 
 /* ---------------------------------------------------------------- epoll wait, ns timeout */
@@ -1244,6 +1252,7 @@ static void run_load(load_t *L) {
     if (g_st.windows < 1) g_st.windows = 1;
     g_st.window_max = calloc((size_t)g_st.windows, sizeof(int64_t));
     double cpu0 = NAN, self0 = 0, busy0 = NAN, steal0 = NAN, steal1;
+    long nivcsw0 = 0;
     bool measuring = false;
     int64_t next_resync = now + 100000000;
     int64_t drain_until = 0;
@@ -1258,6 +1267,7 @@ static void run_load(load_t *L) {
             cpu0 = proc_cpu_s(o->stat_pid);
             self0 = self_cpu_s();
             busy0 = machine_busy_s(&steal0);
+            nivcsw0 = self_nivcsw();
         }
         if (L->sending) {
             const char *why = NULL;
@@ -1273,11 +1283,13 @@ static void run_load(load_t *L) {
                     cpu0 = proc_cpu_s(o->stat_pid);
                     self0 = self_cpu_s();
                     busy0 = machine_busy_s(&steal0);
+                    nivcsw0 = self_nivcsw();
                 }
                 g_server_cpu_s = proc_cpu_s(o->stat_pid) - cpu0;
                 g_client_cpu_s = self_cpu_s() - self0;
                 g_machine_busy_s = machine_busy_s(&steal1) - busy0;
                 g_steal_s = steal1 - steal0;
+                g_nivcsw = self_nivcsw() - nivcsw0;
                 g_stopped_by = why;
                 drain_until = now + DRAIN_NS;
             }
@@ -1398,6 +1410,7 @@ static void report(const opts_t *o, double elapsed, double prefill_s, double pre
     json_num("client_cpu_us_per_tx", g_st.tx ? g_client_cpu_s * 1e6 / (double)g_st.tx : NAN, true);
     json_num("machine_busy_s", g_machine_busy_s, true);
     json_num("machine_steal_s", g_steal_s, true);
+    printf("\"client_preempted\": %ld, ", g_nivcsw);
     /* What ran besides the server and this client (clock-tick granularity: +-0.02 s). */
     json_num("other_cpu_s", g_machine_busy_s - g_client_cpu_s -
                                 (isnan(g_server_cpu_s) ? 0 : g_server_cpu_s), true);

@@ -17,6 +17,11 @@ so the server CPU per transaction covers exactly the window. (lockbench's ``Samp
 the same with psutil from a thread of its own process; here the window opens inside another
 process, so the reading is made there.) After the run the server's own statistics give its
 build and its entry count, which must equal the prefill plus every acquire answered OK.
+Each run also lists the machine's other threads that used CPU meanwhile (``other_tasks``,
+from ``/proc/*/task/*/stat``) beside the client's involuntary context switches: on the
+2-vCPU VM the client, even pinned alone on CPU 1 and spinning, loses its CPU a few hundred
+times in 10 s to the VM's own threads (``kdamond.0``, its agent), one 4 ms tick (HZ=250)
+at a time.
 
 Layout (``--pin``): the server on the first CPU this process may use (CPU 0) and the C client
 on the others, as ``lockbench --pin`` does (``lockbench._layout``); without it nothing is
@@ -236,6 +241,7 @@ def _run_client(
     argv = [str(exe), "--host", server.host, "--port", str(server.port), *spec.client_args()]
     if server.pid is not None:
         argv += ["--stat-pid", str(server.pid)]
+    before = task_times()
     with load_on(load):
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -261,8 +267,47 @@ def _run_client(
         "server": None if server_cpus is None else sorted(server_cpus),
         "load": sorted(client_cpus),
     }
+    result["other_tasks"] = other_tasks(before, task_times())
     result["server"] = _server_figures(spec, server, result, fresh)
     return result
+
+
+#: A thread's name, CPU seconds (utime + stime) and the CPU it last ran on, by its /proc path.
+TaskTimes = dict[str, tuple[str, float, int]]
+
+
+def task_times() -> TaskTimes:
+    """Every thread of the machine now (``/proc/*/task/*/stat``); this process's left out."""
+    tick = os.sysconf("SC_CLK_TCK")
+    mine = f"/proc/{os.getpid()}/"
+    out: TaskTimes = {}
+    for path in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
+        where = str(path)
+        if where.startswith(mine):
+            continue
+        try:
+            text = path.read_text()
+        except OSError:  # gone meanwhile
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        out[where] = (name, (int(fields[11]) + int(fields[12])) / tick, int(fields[36]))
+    return out
+
+
+def other_tasks(before: TaskTimes, after: TaskTimes, top: int = 6) -> list[dict[str, Any]]:
+    """The threads that were there before the run and used CPU during it (most first, at
+    most ``top``): what shared the machine with the server and the client (both started
+    after ``before``, so never listed). Clock-tick resolution (10 ms)."""
+    used = [
+        (after[p][1] - before[p][1], after[p][0], after[p][2])
+        for p in after
+        if p in before and after[p][1] > before[p][1]
+    ]
+    used.sort(reverse=True)
+    return [
+        {"task": name, "cpu_s": round(cpu, 3), "last_cpu": last} for cpu, name, last in used[:top]
+    ]
 
 
 def _server_figures(
@@ -359,7 +404,8 @@ def _entries(r: dict[str, Any]) -> str:
 #: worst (from the send, or the due time when paced), per --window slice, to the reply's
 #: arrival in the kernel, from the write to the arrival (the server's turnaround), the
 #: longest a reply lay unread and (paced) the client's own lateness; CPU per transaction of
-#: the server and of the client; other: CPU seconds of everything else during the window.
+#: the server and of the client; other: CPU seconds of everything else during the window
+#: (tick accounting: +-2 s when paced); preempt: times another task took the client's CPU.
 COLUMNS: tuple[tuple[str, int, Callable[[dict[str, Any]], str]], ...] = (
     ("target", -10, lambda r: r["target"]),
     ("shape", -9, lambda r: r["shape"]),
@@ -378,6 +424,7 @@ COLUMNS: tuple[tuple[str, int, Callable[[dict[str, Any]], str]], ...] = (
     ("srv/tx", 6, lambda r: _num(r["server_cpu_us_per_tx"], 1, 1)),
     ("cli/tx", 6, lambda r: _num(r["client_cpu_us_per_tx"], 1, 1)),
     ("other", 5, lambda r: _num(r["other_cpu_s"], 1, 1)),
+    ("preempt", 7, lambda r: _num(r.get("client_preempted"))),
     ("errors", 6, lambda r: str(r["errors"])),
     ("entries", 7, _entries),
 )

@@ -130,6 +130,11 @@ def test_c64_and_the_server_holds_every_acquire(exe: Path) -> None:
     assert r["connections"] == 4 and r["depth"] == 1 and r["prefill"] == 0
     assert r["server_cpu_s"] is not None and r["server_cpu_s"] >= 0  # type: ignore[operator]
     assert r["server"]["build"] in ("pure", "compiled")  # type: ignore[index]
+    # Who else ran: the client's preemptions and the machine's other threads, never the
+    # server's or the client's own.
+    assert isinstance(r["client_preempted"], int) and r["client_preempted"] >= 0
+    assert isinstance(r["other_tasks"], list)
+    assert all(t["cpu_s"] > 0 and t["task"] != "cload" for t in r["other_tasks"])  # type: ignore[index]
 
 
 def test_bigtable_prefills_through_16_sessions_then_acquires(exe: Path) -> None:
