@@ -998,7 +998,8 @@ typedef struct {
     int64_t *window_max; /* per --window slice of the measurement, ns */
     int windows;
     int64_t arrival_max_ns, read_delay_max_ns, send_late_max_ns, turnaround_max_ns;
-    uint64_t tx, replies, drained, acquired_total, sent_total;
+    uint64_t tx, replies, drained, acquired_total, sent_total, granted_at_worst;
+    int64_t worst_at_ns;
 } stats_t;
 
 static stats_t g_st;
@@ -1169,6 +1170,11 @@ static void on_reply(load_t *L, conn_t *c, slot_t *sl, bool ok, int64_t now) {
     if (!sl->measured) return;
     if (!in_window) g_st.drained++;
     int64_t lat = now - sl->start_ns;
+    if (lat > 0 && (uint64_t)lat > g_st.hist.max_ns) {
+        /* When, and at what size of the table (this run's entries, all in one table). */
+        g_st.worst_at_ns = now - L->measure_at;
+        g_st.granted_at_worst = g_st.acquired_total;
+    }
     hist_record(&g_st.hist, lat);
     int w = (int)((now - L->measure_at) / (int64_t)(L->o->window * 1e9));
     if (w >= g_st.windows) w = g_st.windows - 1;
@@ -1391,6 +1397,8 @@ static void report(const opts_t *o, double elapsed, double prefill_s, double pre
     json_num("p99_us", hist_pct_us(h, 99), true);
     json_num("p999_us", hist_pct_us(h, 99.9), true);
     json_num("worst_us", (double)h->max_ns / 1000.0, true);
+    json_num("worst_at_s", (double)g_st.worst_at_ns / 1e9, true);
+    printf("\"entries_at_worst\": %" PRIu64 ", ", (uint64_t)o->prefill + g_st.granted_at_worst);
     printf("\"worst_per_window_us\": [");
     for (int w = 0; w < g_st.windows; w++)
         printf("%s%.3f", w ? ", " : "", (double)g_st.window_max[w] / 1000.0);

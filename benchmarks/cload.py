@@ -241,7 +241,8 @@ def _run_client(
     argv = [str(exe), "--host", server.host, "--port", str(server.port), *spec.client_args()]
     if server.pid is not None:
         argv += ["--stat-pid", str(server.pid)]
-    before = task_times()
+    exclude = {os.getpid()} | ({server.pid} if server.pid is not None else set())
+    before = task_times(exclude)
     with load_on(load):
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -267,23 +268,24 @@ def _run_client(
         "server": None if server_cpus is None else sorted(server_cpus),
         "load": sorted(client_cpus),
     }
-    result["other_tasks"] = other_tasks(before, task_times())
+    result["other_tasks"] = other_tasks(before, task_times(exclude))
     result["server"] = _server_figures(spec, server, result, fresh)
     return result
 
 
-#: A thread's name, CPU seconds (utime + stime) and the CPU it last ran on, by its /proc path.
-TaskTimes = dict[str, tuple[str, float, int]]
+#: A thread's process id, name, CPU seconds (utime + stime) and the CPU it last ran on, by
+#: its /proc path.
+TaskTimes = dict[str, tuple[int, str, float, int]]
 
 
-def task_times() -> TaskTimes:
-    """Every thread of the machine now (``/proc/*/task/*/stat``); this process's left out."""
+def task_times(exclude: set[int]) -> TaskTimes:
+    """Every thread of the machine now (``/proc/*/task/*/stat``) but those of the processes
+    ``exclude`` (this one, the server)."""
     tick = os.sysconf("SC_CLK_TCK")
-    mine = f"/proc/{os.getpid()}/"
     out: TaskTimes = {}
     for path in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
-        where = str(path)
-        if where.startswith(mine):
+        pid = int(path.parts[2])
+        if pid in exclude:
             continue
         try:
             text = path.read_text()
@@ -291,22 +293,23 @@ def task_times() -> TaskTimes:
             continue
         name = text[text.index("(") + 1 : text.rindex(")")]
         fields = text[text.rindex(")") + 2 :].split()
-        out[where] = (name, (int(fields[11]) + int(fields[12])) / tick, int(fields[36]))
+        out[str(path)] = (pid, name, (int(fields[11]) + int(fields[12])) / tick, int(fields[36]))
     return out
 
 
 def other_tasks(before: TaskTimes, after: TaskTimes, top: int = 6) -> list[dict[str, Any]]:
     """The threads that were there before the run and used CPU during it (most first, at
-    most ``top``): what shared the machine with the server and the client (both started
-    after ``before``, so never listed). Clock-tick resolution (10 ms)."""
+    most ``top``): what shared the machine with the server (left out of both snapshots) and
+    the client (started after ``before``). Clock-tick resolution (10 ms)."""
     used = [
-        (after[p][1] - before[p][1], after[p][0], after[p][2])
+        (after[p][2] - before[p][2], after[p][0], after[p][1], after[p][3])
         for p in after
-        if p in before and after[p][1] > before[p][1]
+        if p in before and after[p][2] > before[p][2]
     ]
     used.sort(reverse=True)
     return [
-        {"task": name, "cpu_s": round(cpu, 3), "last_cpu": last} for cpu, name, last in used[:top]
+        {"pid": pid, "task": name, "cpu_s": round(cpu, 3), "last_cpu": last}
+        for cpu, pid, name, last in used[:top]
     ]
 
 
