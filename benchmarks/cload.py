@@ -32,6 +32,7 @@ Usage (from the repository root)::
     python -m benchmarks.cload [--pin] [--shape c64,pipelined,bigtable] [--target lockserver]
         [--duration 10] [--rate R|half] [--repeat N] [--server-root PATH] [--build pure]
         [--json FILE]
+    python -m benchmarks.cload --summarize FILE...      # the table of saved documents
 
 ``--rate half`` runs each closed-loop run again, paced at half of what it served, on a fresh
 server. Every run is bounded by ``--duration`` and ``--count``; the C client also stops at
@@ -479,7 +480,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cache", type=Path, default=None, help="where the client is built")
     parser.add_argument("--json", type=Path, default=None, help="write every run's JSON here")
+    parser.add_argument(
+        "--summarize",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="print the table of saved --json documents (and run nothing)",
+    )
     args = parser.parse_args(argv)
+    if args.summarize is not None:
+        print(header())
+        for path in args.summarize:
+            for r in json.loads(path.read_text())["runs"]:
+                print(row(r))
+        return 0
     if args.rate not in (None, "half"):
         try:
             if float(args.rate) <= 0:

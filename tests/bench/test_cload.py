@@ -173,9 +173,12 @@ def test_paced_never_sends_ahead_of_its_schedule(exe: Path) -> None:
     assert r["send_late_max_us"] is not None
 
 
-def test_the_command_runs_pipelined_and_writes_its_json(exe: Path, tmp_path: Path) -> None:
+def test_the_command_runs_pipelined_and_writes_its_json(
+    exe: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``python -m benchmarks.cload``: one connection with 8 in flight, the table printed and
-    the document written with the machine stamp and the run's raw JSON."""
+    the document written with the machine stamp and the run's raw JSON, which
+    ``--summarize`` prints again."""
     out = tmp_path / "runs.json"
     args = ["--shape", "pipelined", "--depth", "8", "--duration", "0.5", "--warmup", "0.1"]
     rc = cload.main([*args, "--cache", str(exe.parent), "--json", str(out)])
@@ -188,6 +191,10 @@ def test_the_command_runs_pipelined_and_writes_its_json(exe: Path, tmp_path: Pat
     (r,) = document["runs"]
     _sane(r)
     assert (r["shape"], r["connections"], r["depth"]) == ("pipelined", 1, 8)
+    # --summarize prints the same row again from the file.
+    printed = capsys.readouterr().out.splitlines()
+    assert cload.main(["--summarize", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines() == [cload.header(), printed[-1]]
 
 
 def test_a_refused_acquire_is_an_error_not_a_transaction(exe: Path) -> None:
