@@ -48,9 +48,12 @@
  * of the last segment a read returned): the worst latency to arrival, the worst from the
  * request's write to its reply's arrival (the server's turnaround, queueing included, without
  * this client's lateness), the longest a reply lay unread (this process's own delay) and, paced,
- * how late this process sent a request whose slot was free (its timer's lateness). On a VM an
- * idle vCPU wakes late: `--spin 1` never sleeps (epoll with a zero timeout), for a client with
- * a CPU to itself. With `--stat-pid PID`, that process's CPU time
+ * how late this process sent a request whose slot was free (its timer's lateness); when the
+ * worst came and how many entries this run had put in the table then; how often another
+ * task took this process's CPU. `--spin 1` never sleeps (epoll with a zero timeout), for a
+ * client with a CPU to itself: it saves the wake-ups, not the preemptions (on the 2-vCPU
+ * VM, the VM's own threads take even a spinning client's CPU for a 4 ms tick now and then).
+ * With `--stat-pid PID`, that process's CPU time
  * (utime + stime of /proc/PID/stat) over the window, this process's own (getrusage), and the
  * whole machine's (/proc/stat), so what else ran meanwhile is on the record.
  *
