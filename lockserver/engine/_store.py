@@ -200,9 +200,14 @@ class Vars(dict[str, Slot]):
 # A table moves its variables into a ShardedDict of Vars once it holds SHARD_AT of them, so a
 # dict rebuild never copies them all at once (_sharded.py says why: with 1,000,000 held locks
 # in one table an acquire took 41 ms every ~400,000 acquires; the max latency of every
-# pipelined blast run with 1M held was 41-43 ms, now ~5). A small table pays nothing. A module
-# global on purpose: tests shrink it to put the sharded form under the model tests.
-SHARD_AT = 1 << 16
+# pipelined blast run with 1M held was 41-43 ms, now ~5). A small table pays nothing. Why
+# 4,096: the move itself is one synchronous copy of the table, 0.7 ms of pure Python at 4,096
+# variables where it was 14 ms at 65,536 (the C load client saw a 16-34 ms stall in 7 of 8
+# runs that started from an empty table, just when it crossed 65,536; benchmarks/cload.py);
+# a table of 4,096 is ~300 KB either way, and the evaluator's hot paths reach a shard without
+# a method call. A module global on purpose: tests shrink it to put the sharded form under
+# the model tests.
+SHARD_AT = 1 << 12
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
