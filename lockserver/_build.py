@@ -66,16 +66,23 @@ SOURCES_MANIFEST: Final = "lockserver_compiled.sources.json"
 _TOP: Final = Path(__file__).resolve().parents[1]
 
 
+def _compiled_sources() -> dict[str, Path]:
+    """Each module of ``COMPILED_MODULES`` that this process loaded from an extension
+    (compiled) file, importing them if need be, with the ``.py`` beside that file."""
+    found = {}
+    for name in COMPILED_MODULES:
+        path = getattr(importlib.import_module(name), "__file__", None) or ""
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            if path.endswith(suffix):
+                found[name] = Path(path[: -len(suffix)] + ".py")
+                break
+    return found
+
+
 def compiled_modules() -> tuple[str, ...]:
     """The modules of ``COMPILED_MODULES`` that this process loaded from an extension
     (compiled) file, importing them if need be."""
-    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
-    found = []
-    for name in COMPILED_MODULES:
-        path = getattr(importlib.import_module(name), "__file__", None) or ""
-        if path.endswith(suffixes):
-            found.append(name)
-    return tuple(found)
+    return tuple(_compiled_sources())
 
 
 def build() -> str:
@@ -119,27 +126,21 @@ def build_problem() -> str | None:
     modules were built from other sources than the checkout's (edited or checked out since),
     or only some of ``COMPILED_MODULES`` are compiled. The message names the modules and the
     fix."""
-    names = compiled_modules()
-    if not names:
+    loaded = _compiled_sources()
+    if not loaded:
         return None
-    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
-    loaded = []
-    for name in names:
-        path = str(getattr(importlib.import_module(name), "__file__", ""))
-        suffix = next(s for s in suffixes if path.endswith(s))
-        loaded.append((name, Path(path[: -len(suffix)] + ".py")))
     fix = (
-        "rebuild them (python scripts/mypyc_build.py) or remove them to run pure Python "
-        "(python scripts/mypyc_build.py --clean)"
+        "build again (python scripts/mypyc_build.py), or remove the compiled build to run "
+        "pure Python (python scripts/mypyc_build.py --clean)"
     )
-    stale = stale_modules(loaded, _TOP / SOURCES_MANIFEST)
+    stale = stale_modules(loaded.items(), _TOP / SOURCES_MANIFEST)
     if stale:
         if len(stale) == 1:
             which = f"module {stale[0]} was not built from the source beside it"
         else:
             which = f"modules {', '.join(stale)} were not built from the sources beside them"
         return f"the compiled {which} (edited or checked out since the build): {fix}"
-    if len(names) != len(COMPILED_MODULES):
-        missing = [m for m in COMPILED_MODULES if m not in names]
+    if len(loaded) != len(COMPILED_MODULES):
+        missing = [m for m in COMPILED_MODULES if m not in loaded]
         return f"the compiled build is partial ({', '.join(missing)} not compiled): {fix}"
     return None

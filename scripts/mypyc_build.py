@@ -19,6 +19,7 @@ refuses to start with compiled modules whose sources changed, and says so).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.machinery
 import importlib.util
 import json
@@ -38,6 +39,7 @@ PACKAGES = ("protocol", "lockserver", "client", "lockbench", "lockctl")
 GROUP = "lockserver_compiled"
 
 
+@functools.cache
 def _build_module() -> Any:
     """``lockserver/_build.py``, loaded by path without importing the project (whose compiled
     modules may be stale)."""
