@@ -61,6 +61,7 @@ from protocol import (
     value_size,
 )
 
+from ._sharded import StableKeys
 from ._store import (
     ENTRY_BASE,
     S_OWNER,
@@ -448,6 +449,8 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
     if group is None:
         group = keys[ctx.namespace, table] = {}
     group[var] = None
+    if type(group) is dict and len(group) >= SHARD_AT:
+        keys[ctx.namespace, table] = StableKeys(group)  # (_store.Group says why)
     session.held += 1
     store.entry_count += 1
     return True

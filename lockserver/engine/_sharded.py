@@ -8,16 +8,22 @@ Split over SHARDS dicts by the key's hash, a rebuild moves 1/SHARDS of the keys.
 a method call per operation (~0.05-0.1 µs); the evaluator's hot paths skip it by going to
 ``shards[hash(key) & mask]`` themselves (and then keep ``n`` right). Big tables
 (``_eval.BigTable``) and the sessions use it.
+
+``StableKeys`` is the same idea for a set of keys that must iterate alike in every process
+(a session's held variables in one table: the order they are released in when it ends shows
+in its lock-lost notice and the change feed, and every replica of a group must produce the
+same): its keys are placed by a hash that does not depend on the process's hash seed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping
+import zlib
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import TypeVar
 
 from mypy_extensions import mypyc_attr
 
-__all__ = ["SHARDS", "ShardedDict"]
+__all__ = ["SHARDS", "ShardedDict", "StableKeys", "stable_hash"]
 
 V = TypeVar("V")
 # Shards per ShardedDict, a power of two. A module global on purpose: tests shrink it to put
@@ -87,3 +93,52 @@ class ShardedDict(MutableMapping[str, V]):
         for key, value in items:
             shards[hash(key) & mask][key] = value
         self.n = len(items)
+
+
+def stable_hash(key: str) -> int:
+    """A hash of ``key`` that is the same in every process, whatever its hash seed (the CRC-32
+    of its UTF-8 form; ~0.1 µs for a short key, four times ``hash``)."""
+    return zlib.crc32(key.encode("utf-8", "surrogatepass"))
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+class StableKeys:
+    """A set of str keys, used like a ``dict[str, None]`` (``keys[k] = None``, ``del
+    keys[k]``, ``k in keys``, ``len``, iteration), over SHARDS dicts: ``shards[stable_hash(k)
+    & mask]`` holds ``k``, so a rebuild moves 1/SHARDS of the keys. Iteration goes shard by
+    shard, in insertion order within one: it depends on which keys were added and removed in
+    which order, never on the process (unlike ``ShardedDict``). Its state is its attributes,
+    plain lists and dicts: a snapshot carries the order as it is."""
+
+    __slots__ = ("mask", "n", "shards")
+
+    def __init__(self, keys: Iterable[str] = ()) -> None:
+        self.shards: list[dict[str, None]] = [{} for _ in range(SHARDS)]
+        self.mask = mask = SHARDS - 1
+        shards, crc32 = self.shards, zlib.crc32  # (the move of a group is one call: inlined)
+        for key in keys:
+            shards[crc32(key.encode("utf-8", "surrogatepass")) & mask][key] = None
+        self.n = sum(map(len, shards))
+
+    def __setitem__(self, key: str, value: None) -> None:
+        shard = self.shards[stable_hash(key) & self.mask]
+        if key not in shard:
+            self.n += 1
+            shard[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.shards[stable_hash(key) & self.mask][key]
+        self.n -= 1
+
+    def __contains__(self, key: object) -> bool:
+        return type(key) is str and key in self.shards[stable_hash(key) & self.mask]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[str]:
+        for shard in self.shards:
+            yield from shard
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self)!r})"

@@ -27,6 +27,8 @@ from lockserver._group import (
     encode_entry,
     wire,
 )
+from lockserver.engine._sharded import StableKeys
+from lockserver.engine._store import SHARD_AT
 from protocol import (
     AnywayContinueAfter,
     Assert,
@@ -241,6 +243,70 @@ def test_replay_in_another_process_with_another_hash_seed() -> None:
             timeout=60,
         ).stdout
         assert GroupState.restore(snap).fingerprint() == here.fingerprint()
+
+
+# Big enough for one session to hold a group past SHARD_AT (a StableKeys).
+BIG_GENESIS = Genesis(
+    GENESIS.started_at,
+    "group-instance",
+    False,
+    {**LIMITS, "max_entries": 20_000, "max_entries_per_session": 20_000},
+    WAIT_LIMITS,
+)
+
+
+def big_group_log() -> list[Event]:
+    """s1 acquires SHARD_AT + 100 variables in a scrambled order (its group in table L moves
+    into a StableKeys), releases every 41st, and expires at a tick: its lock-lost notice
+    lists the rest in the group's order."""
+    t = BIG_GENESIS.started_at
+    n = SHARD_AT + 100
+    order = [(i * 7919) % n for i in range(n)]
+    events: list[Event] = [("reg", "r1")]
+    for batch, lo in enumerate(range(0, n, 250), start=1):
+        ops = [acquire_op(1, 100 + i, "s1", f"v{i}", None) for i in order[lo : lo + 250]]
+        events.append(("entry", encode_entry("r1", batch, t + 1, 1.0, ops)))
+    releases = [release_op(1, 99, "s1", f"v{i}") for i in range(0, n, 41)]
+    events.append(("entry", encode_entry("r1", len(events), t + 2, 1.0, releases)))
+    events.append(("entry", encode_entry("r1", len(events), t + 20, 1.0, [["t"]])))
+    return events
+
+
+def test_a_big_session_group_replays_and_restores_alike_across_hash_seeds() -> None:
+    """The snapshot of a state holding a StableKeys group, taken in processes with other hash
+    seeds, restores here to the same state, and the rest of the log (releases, the session's
+    expiry) gives the same outputs: the lock-lost notice in the same order."""
+    events = big_group_log()
+    cut = len(events) - 2  # after the acquires
+    first, _ = replay(events[:cut], GroupState(BIG_GENESIS))
+    group = first.core.engine.sessions["s1"].keys["ns", "L"]
+    assert type(group) is StableKeys and len(group) == SHARD_AT + 100
+    whole, tail = replay(events, first, cut)
+    (notice,) = [p for _, p in tail if isinstance(p, LockLost)]
+    assert len(notice.entries) == SHARD_AT + 100 - len(range(0, SHARD_AT + 100, 41))
+    code = (
+        "import pickle, sys\n"
+        "sys.path.insert(0, 'tests/replication')\n"
+        "from test_group_state import BIG_GENESIS, replay\n"
+        "from lockserver._group import GroupState\n"
+        "events = pickle.loads(sys.stdin.buffer.read())\n"
+        "state, _ = replay(events, GroupState(BIG_GENESIS))\n"
+        "sys.stdout.buffer.write(state.snapshot())\n"
+    )
+    for seed in ("1", "2"):
+        snap = subprocess.run(
+            [sys.executable, "-c", code],
+            input=pickle.dumps(events[:cut]),
+            capture_output=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=True,
+            timeout=120,
+        ).stdout
+        restored = GroupState.restore(snap)
+        assert type(restored.core.engine.sessions["s1"].keys["ns", "L"]) is StableKeys
+        again, tail_again = replay(events, restored, cut)
+        assert comparable(tail_again) == comparable(tail)
+        assert again.fingerprint() == whole.fingerprint()
 
 
 def test_departed_replica_waiter_dropped_and_next_served() -> None:
