@@ -10,11 +10,15 @@ statistics, not here):
   ``AnywayContinueAfter(DeleteVar)``) in one table already holding ``--held`` locks;
 - ``session churn``: a new session's first transaction + the end of an old one, with
   ``--held`` live sessions;
-- ``mass expiry``: one ``sweep`` when ``--expire`` sessions of one entry each expire together.
+- ``mass expiry``: one ``sweep`` when ``--expire`` sessions of one entry each expire together;
+- ``growth``: one session acquires ``--grow`` new keys in one empty table, one per
+  transaction (the C load client's pipelined shape): the table and the session's own index of
+  what it holds grow together; the row also says at which acquire the max came.
 
 Run from the repository root::
 
     python -m benchmarks.stalls [--held 1000000] [--churn 600000] [--expire 200000]
+                                [--grow 400000] [--only growth]
 
 Only the engine's public API is used, so the same file measures an older commit too.
 """
@@ -104,16 +108,44 @@ def mass_expiry(sessions: int) -> list[float]:
     return seconds
 
 
+def growth(count: int) -> list[float]:
+    """``count`` acquires of new keys in one table by one session, one per transaction."""
+    engine = Engine(started_at=0.0, limits=BIG)
+    owner = SessionSpec("owner", 1e9)
+
+    def acquire(i: int) -> None:
+        engine.execute(owner, Transaction(NS, [Assert(SetVar(TABLE, f"k{i}", i))]), now=NOW)
+
+    seconds = _times(count, acquire)
+    assert engine.entry_count == count
+    return seconds
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse arguments, run the three measurements, print one line each."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--held", type=int, default=1_000_000, help="locks / sessions held")
     parser.add_argument("--churn", type=int, default=600_000, help="cycles measured")
     parser.add_argument("--expire", type=int, default=200_000, help="sessions expiring at once")
+    parser.add_argument("--grow", type=int, default=400_000, help="keys one session acquires")
+    parser.add_argument(
+        "--only",
+        choices=("table", "session", "expiry", "growth"),
+        action="append",
+        help="run only these measurements (repeatable; default: all)",
+    )
     args = parser.parse_args(argv)
-    print(_row(f"table churn, {args.held:,} held", table_churn(args.held, args.churn)))
-    print(_row(f"session churn, {args.held:,} live", session_churn(args.held, args.churn)))
-    print(_row(f"mass expiry, {args.expire:,} sessions", mass_expiry(args.expire)))
+    only = set(args.only or ("table", "session", "expiry", "growth"))
+    if "table" in only:
+        print(_row(f"table churn, {args.held:,} held", table_churn(args.held, args.churn)))
+    if "session" in only:
+        print(_row(f"session churn, {args.held:,} live", session_churn(args.held, args.churn)))
+    if "expiry" in only:
+        print(_row(f"mass expiry, {args.expire:,} sessions", mass_expiry(args.expire)))
+    if "growth" in only:
+        seconds = growth(args.grow)
+        at = max(range(len(seconds)), key=seconds.__getitem__)
+        print(f"{_row(f'growth, {args.grow:,} keys, one session', seconds)}  (acquire {at:,})")
 
 
 if __name__ == "__main__":

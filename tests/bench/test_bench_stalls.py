@@ -8,12 +8,19 @@ from benchmarks import stalls
 
 
 def test_each_measurement_times_every_call(capsys: pytest.CaptureFixture[str]) -> None:
-    """One timing per cycle (and one for the sweep), all positive; main prints three rows."""
+    """One timing per cycle (and one for the sweep), all positive; main prints four rows, or
+    those asked for."""
     assert len(stalls.table_churn(held=50, churn=30)) == 30
+    assert len(stalls.growth(40)) == 40
     assert len(stalls.session_churn(held=20, churn=30)) == 30  # more cycles than live sessions
     (sweep,) = stalls.mass_expiry(25)
     assert sweep > 0
-    stalls.main(["--held", "40", "--churn", "10", "--expire", "5"])
+    stalls.main(["--held", "40", "--churn", "10", "--expire", "5", "--grow", "30"])
     rows = capsys.readouterr().out.splitlines()
-    assert [r.split(",")[0] for r in rows] == ["table churn", "session churn", "mass expiry"]
+    names = ["table churn", "session churn", "mass expiry", "growth"]
+    assert [r.split(",")[0] for r in rows] == names
     assert all("max" in r for r in rows)
+    assert rows[3].endswith(")") and "(acquire " in rows[3]
+    stalls.main(["--only", "growth", "--only", "expiry", "--expire", "5", "--grow", "30"])
+    rows = capsys.readouterr().out.splitlines()
+    assert [r.split(",")[0] for r in rows] == ["mass expiry", "growth"]
