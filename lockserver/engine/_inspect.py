@@ -61,6 +61,7 @@ from protocol import (
 )
 
 from ._eval import same_value
+from ._sharded import StableKeys, stable_hash
 from ._store import (
     S_FENCE,
     S_OWNER,
@@ -68,6 +69,7 @@ from ._store import (
     BigTable,
     EngineError,
     Entry,
+    Group,
     SessionRecord,
     Store,
     Table,
@@ -461,24 +463,22 @@ def _session_holders(
     size = scanned = 0
     for g_i in range(g_from, len(groups)):
         ns, table = groups[g_i]
-        group_vars = list(s.keys[ns, table])
-        v_from = 0
-        if at is not None and (at[1], at[2]) == (ns, table):
-            v_from = _start(group_vars, at[4], at[3])
+        resume = at if at is not None and (at[1], at[2]) == (ns, table) else None
         at = None
         if (
             (q.namespace is not None and ns != q.namespace)
             or (q.table is not None and not table.startswith(q.table))
             or (visible is not None and not visible.allows(ns))
         ):
-            group_vars = []
             if scanned >= PAGE_SCAN:
                 return HoldersPage(
                     records, _encode_cursor("holders", run, q, [g_i, ns, table, 0, ""])
                 )
             scanned += 1
-        for v_i in range(v_from, len(group_vars)):
-            var = group_vars[v_i]
+            continue
+        group = s.keys[ns, table]
+        walk = _group_from(group, resume[4], resume[3]) if resume else enumerate(group)
+        for v_i, var in walk:
             pos = [g_i, ns, table, v_i, var]
             if scanned >= PAGE_SCAN:
                 return HoldersPage(records, _encode_cursor("holders", run, q, pos))
@@ -495,6 +495,35 @@ def _session_holders(
             size += cost
             records.append(holder_info(store, engine.sessions, ns, table, var, e))
     return HoldersPage(records, None)
+
+
+def _group_from(group: Group, var: str, hint: int) -> Iterator[tuple[int, str]]:
+    """(index, var) of a session's group from where a cursor left it (``var``, last seen at
+    index ``hint``; ``_start``'s rule). A ``StableKeys`` is walked shard by shard from the
+    shard that holds the place, so a page costs O(its shard), not O(the group)."""
+    if type(group) is not StableKeys:
+        group_vars = list(group)
+        v_from = _start(group_vars, var, hint)
+        yield from enumerate(group_vars[v_from:], v_from)
+        return
+    shards = group.shards
+    home = stable_hash(var) & group.mask
+    if var in shards[home]:
+        first = home
+        v_i = sum(map(len, shards[:home]))
+        skip = list(shards[home]).index(var)
+    else:  # gone since: at the old index
+        first, v_i, skip = 0, 0, min(hint, len(group))
+        while first < len(shards) and skip >= len(shards[first]):
+            skip -= len(shards[first])
+            v_i += len(shards[first])
+            first += 1
+    v_i += skip
+    for k in range(first, len(shards)):
+        shard_vars = list(shards[k])[skip:] if k == first else list(shards[k])
+        for shard_var in shard_vars:
+            yield v_i, shard_var
+            v_i += 1
 
 
 # --- sessions ---------------------------------------------------------------------------------

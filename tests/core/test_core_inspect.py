@@ -600,6 +600,36 @@ def test_a_session_filter_walks_only_that_sessions_entries() -> None:
     assert page_through(d, "holders", session="nobody") == [[]]
 
 
+def test_a_session_filter_pages_a_big_group_in_its_order() -> None:
+    """A session holding SHARD_AT + 600 variables in one table (a StableKeys group) and a few
+    in another: its listing pages them 1,000 at a time, each once, in the group's order; a
+    cursor survives the variable it names and others being released between pages."""
+    from lockserver.engine._sharded import StableKeys
+    from lockserver.engine._store import SHARD_AT
+
+    d = door()
+    count = SHARD_AT + 600
+    for i in range(0, count, 1000):
+        statements = [Assert(SetVar("Big", f"v{j:05}")) for j in range(i, min(i + 1000, count))]
+        assert answer(d.execute("w", n(), "me", tx(*statements), now=START)).ok
+    assert answer(d.execute("w", n(), "me", tx(Assert(SetVar("Small", "s"))), now=START)).ok
+    assert type(d.core.engine.sessions["me"].keys[NS, "Big"]) is StableKeys
+    group = list(d.core.engine.sessions["me"].keys[NS, "Big"])
+    pages = page_through(d, "holders", session="me", limit=1000)
+    assert [len(p) for p in pages] == [1000] * (count // 1000) + [count % 1000 + 1]
+    assert [h.var for p in pages for h in p] == [*group, "s"]
+    first = answer(d.holders("op", n(), ListQuery(session="me", limit=1000), now=START))
+    named, before = group[1000], group[10]  # the cursor's variable, and one listed already
+    release_both = tx(*(AnywayContinueAfter(DeleteVar("Big", v)) for v in (named, before)))
+    assert answer(d.execute("w", n(), "me", release_both, now=START)).ok
+    rest = answer(
+        d.holders("op", n(), ListQuery(session="me", limit=10, cursor=first.cursor), now=START)
+    )
+    # The named variable gone, the walk resumes at its old index, one past the next one
+    # (the release before it moved everything one place up).
+    assert [h.var for h in rest.holders] == group[1002:1012]
+
+
 def test_a_denial_never_makes_a_reply_bigger_than_a_client_accepts() -> None:
     """Holder records share the reply with the selected data: eight holders with values of
     60,000 characters all come along; when the data leaves no room, fewer (or none) do, and

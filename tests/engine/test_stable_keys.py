@@ -169,3 +169,25 @@ def lost_order() -> list[str]:
     engine.sweep(START + 11.0)
     (notice,) = engine.drain_lost()
     return [var for _, _, var, _ in notice.entries]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 60), max_size=60, unique=True),
+    st.integers(0, 70),
+    st.integers(0, 80),
+)
+def test_a_big_group_resumes_a_listing_where_the_list_of_it_would(
+    present: list[int], var: int, hint: int
+) -> None:
+    """The session-holders listing pages a StableKeys group shard by shard: from a cursor's
+    (var, hint) it yields exactly what indexing ``list(group)`` from ``_start`` yields (at the
+    var when it is still there, else at the old index), numbered alike."""
+    from lockserver.engine._inspect import _group_from, _start
+
+    group = StableKeys(f"v{i}" for i in present)
+    as_list = list(group)
+    v_from = _start(as_list, f"v{var}", hint)
+    assert list(_group_from(group, f"v{var}", hint)) == list(enumerate(as_list[v_from:], v_from))
+    small = dict.fromkeys(as_list)  # a dict group takes the list's way itself
+    assert list(_group_from(small, f"v{var}", hint)) == list(enumerate(as_list[v_from:], v_from))
