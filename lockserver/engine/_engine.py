@@ -65,9 +65,11 @@ from ._inspect import denial_holders, holders_size
 from ._records import EngineLimits, EngineStatistics
 from ._sharded import ShardedDict
 from ._store import (
+    ENTRY_BASE,
     S_FENCE,
     S_OWNER,
     SESSION_BASE,
+    BigTable,
     EngineError,
     Entry,
     SessionRecord,
@@ -670,11 +672,29 @@ class Engine:
         namespaces = self.store.namespaces
         ttls = self._ttls_due
         freed = s.cost + s.retry_bytes
+        store = self.store
         for (ns, table), group in s.keys.items():
             tables = namespaces[ns]
             t = tables[table]  # not dropped in the loop: this session's entries are in it
+            # A plain lock alone on its variable (a 3-field entry: no value, TTL or description;
+            # the common case by far) is unlinked right here: ending a session of 62,500 such
+            # locks in a table of 1M held took ~110 ms through the helpers of the general case
+            # below. The table is dropped after the group if that emptied it.
+            fast = self.feed_log is None or ns not in self.feed_namespaces
+            big = t if type(t) is BigTable else None
+            base = ENTRY_BASE + len(table)
             for var in group:
-                slot = shard_of(t, var)[var]
+                vars_ = t if big is None else big.shards[hash(var) & big.mask]
+                slot = vars_[var]
+                if fast and type(slot) is tuple and len(slot) == 3:
+                    lost.append((ns, table, var, slot[S_FENCE]))
+                    freed += base + len(var)
+                    del vars_[var]
+                    if big is not None:
+                        big.n -= 1
+                    if store.track_changes:
+                        store.changed.add((ns, table, var))
+                    continue
                 if type(slot) is tuple:
                     i = 0
                     e: Entry = slot
@@ -702,6 +722,11 @@ class Engine:
                 if expires is not None:
                     ttls.discard((ns, table, var, sid), expires)
                 self._unlink(ns, table, var, tables, slot, i)
+            if not t and tables.get(table) is t:  # emptied by the fast path
+                del tables[table]
+                store.table_count -= 1
+                if not tables:
+                    del namespaces[ns]
         self.store.entry_count -= s.held
         self.store.stored -= freed
         s.held = 0
