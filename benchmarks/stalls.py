@@ -11,6 +11,8 @@ statistics, not here):
 - ``session churn``: a new session's first transaction + the end of an old one, with
   ``--held`` live sessions;
 - ``mass expiry``: one ``sweep`` when ``--expire`` sessions of one entry each expire together;
+- ``big end``: the end of one of 16 sessions that together hold ``--held`` locks in one
+  table (the issue-19 prefill shape), 8 of them in turn;
 - ``growth``: one session acquires ``--grow`` new keys in one empty table, one per
   transaction (the C load client's pipelined shape): the table and the session's own index of
   what it holds grow together; the row also says at which acquire the max came.
@@ -108,6 +110,20 @@ def mass_expiry(sessions: int) -> list[float]:
     return seconds
 
 
+def big_end(held: int) -> list[float]:
+    """The end of 8 of 16 sessions holding ``held`` locks in one table between them, each
+    filled by transactions of 250 acquires."""
+    engine = Engine(started_at=0.0, limits=BIG)
+    per = held // 16
+    for s in range(16):
+        spec = SessionSpec(f"prefill-{s}", 1e9)
+        for lo in range(s * per, (s + 1) * per, 250):
+            hi = min(lo + 250, (s + 1) * per)
+            statements = [Assert(SetVar(TABLE, f"h{i}")) for i in range(lo, hi)]
+            engine.execute(spec, Transaction(NS, statements), now=NOW)
+    return _times(8, lambda i: engine.end_session(f"prefill-{i}", now=NOW))
+
+
 def growth(count: int) -> list[float]:
     """``count`` acquires of new keys in one table by one session, one per transaction."""
     engine = Engine(started_at=0.0, limits=BIG)
@@ -130,18 +146,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--grow", type=int, default=400_000, help="keys one session acquires")
     parser.add_argument(
         "--only",
-        choices=("table", "session", "expiry", "growth"),
+        choices=("table", "session", "expiry", "end", "growth"),
         action="append",
         help="run only these measurements (repeatable; default: all)",
     )
     args = parser.parse_args(argv)
-    only = set(args.only or ("table", "session", "expiry", "growth"))
+    only = set(args.only or ("table", "session", "expiry", "end", "growth"))
     if "table" in only:
         print(_row(f"table churn, {args.held:,} held", table_churn(args.held, args.churn)))
     if "session" in only:
         print(_row(f"session churn, {args.held:,} live", session_churn(args.held, args.churn)))
     if "expiry" in only:
         print(_row(f"mass expiry, {args.expire:,} sessions", mass_expiry(args.expire)))
+    if "end" in only:
+        print(_row(f"big end, 1/16 of {args.held:,} held", big_end(args.held)))
     if "growth" in only:
         seconds = growth(args.grow)
         at = max(range(len(seconds)), key=seconds.__getitem__)
