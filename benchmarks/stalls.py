@@ -20,7 +20,7 @@ statistics, not here):
 Run from the repository root::
 
     python -m benchmarks.stalls [--held 1000000] [--churn 600000] [--expire 200000]
-                                [--grow 400000] [--only growth]
+                                [--grow 400000] [--only table|session|expiry|end|growth ...]
 
 Only the engine's public API is used, so the same file measures an older commit too.
 """
@@ -138,7 +138,7 @@ def growth(count: int) -> list[float]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Parse arguments, run the three measurements, print one line each."""
+    """Parse arguments, run the measurements asked for (all by default), print one line each."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--held", type=int, default=1_000_000, help="locks / sessions held")
     parser.add_argument("--churn", type=int, default=600_000, help="cycles measured")
