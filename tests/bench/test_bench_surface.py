@@ -29,17 +29,17 @@ def test_the_package_exports_the_command_only() -> None:
     assert callable(lockbench.main)
 
 
-def test_the_public_modules_are_safety_fuzz_etcd_and_replicas() -> None:
+def test_the_public_modules_are_safety_fuzz_etcd_replicas_and_faults() -> None:
     """Every module of the package is private except ``safety``, ``fuzz``, ``etcd`` and
     ``replicas`` (the harness of replicated groups: real etcd and replica processes for the
-    tests, the soak, the benchmark and the demo), and ``__main__`` for ``python -m
-    lockbench``."""
+    tests, the soak, the benchmark and the demo), ``faults`` (the fault lab) and
+    ``__main__`` for ``python -m lockbench``."""
     public = {
         m.name
         for m in pkgutil.iter_modules(lockbench.__path__)
         if not m.name.startswith("_") or m.name == "__main__"
     }
-    assert public == {"safety", "fuzz", "etcd", "replicas", "__main__"}
+    assert public == {"safety", "fuzz", "etcd", "replicas", "faults", "__main__"}
 
 
 SAFETY = {
