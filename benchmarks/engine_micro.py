@@ -42,7 +42,7 @@ import gc
 import multiprocessing
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from pathlib import Path
 
 import msgpack
@@ -206,7 +206,7 @@ def door_rounds(count: int, repeat: int) -> tuple[list[float], list[float]]:
         keys = [f"r{r}-key-{i}" for i in range(count)]
         acq = [(owners[i % SESSIONS], acquire_tx(k, i)) for i, k in enumerate(keys)]
         rel = [(owners[i % SESSIONS], release_tx(k, i)) for i, k in enumerate(keys)]
-        core = LockCore(started_at=0.0, limits=BIG)
+        core: LockCore[Hashable] = LockCore(started_at=0.0, limits=BIG)
         for batch, rates in ((acq, acquires), (rel, releases)):
             gc.collect()
             execute = core.execute
@@ -229,7 +229,7 @@ def parked_rounds(count: int, repeat: int, parked: int) -> list[float]:
     held = acquire_tx("held", 0)
     rates = []
     for r in range(repeat):
-        core = LockCore(started_at=0.0, limits=BIG)
+        core: LockCore[Hashable] = LockCore(started_at=0.0, limits=BIG)
         holder = SessionSpec("holder", 600.0)
         core.execute(owner, 0, holder, held, wait=None, now=NOW, trust=1.0, principal="")
         for i in range(parked):

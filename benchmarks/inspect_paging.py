@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Hashable
 from typing import Any
 
 import trio
@@ -66,7 +67,7 @@ def _summary(label: str, seconds: list[float]) -> str:
 
 
 def door(entries: int, limit: int) -> None:
-    core = LockCore(started_at=0.0, fence_epoch=1_795_000_000_000_000)
+    core: LockCore[Hashable] = LockCore(started_at=0.0, fence_epoch=1_795_000_000_000_000)
     now = 1.0
     started = time.perf_counter()
     for start in range(0, entries, BATCH):

@@ -25,6 +25,7 @@ this process), counted over the warm-up and the window: the machine's CPU per tr
 what bounds a group whose replicas, etcd and load share the cores. ``--systems`` picks the
 systems (e.g. ``group`` alone, to compare two versions of the code interleaved: the replicas
 run the ``lockserver`` of ``$LOCKBENCH_SERVER_ROOT`` when it is set, lockbench's rule).
+``--secret`` runs the group with a group secret (issue 29: every entry sealed and checked).
 
     python -m benchmarks.replication_bench --rounds 2 --duration 6
 """
@@ -35,6 +36,7 @@ import argparse
 import json
 import os
 import resource
+import secrets
 import statistics
 import subprocess
 import sys
@@ -168,6 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", default="pipelined,c64,strict")
     p.add_argument("--systems", default=",".join(SYSTEMS))
     p.add_argument("--json", default=None, help="write every run here")
+    p.add_argument(
+        "--secret",
+        action="store_true",
+        help="give the group a (random) group secret: every entry sealed and checked",
+    )
     args = p.parse_args(argv)
     shapes = args.shapes.split(",")
     systems = [s for s in SYSTEMS if s in args.systems.split(",")]
@@ -175,7 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     with EtcdCluster(work / "etcd") as etcd:
         etcd.start(1)
-        with ReplicaGroup(etcd.endpoints, work / "replicas", n=3, group="bench") as group:
+        with ReplicaGroup(
+            etcd.endpoints,
+            work / "replicas",
+            n=3,
+            group="bench",
+            secret=secrets.token_hex(32) if args.secret else None,
+        ) as group:
             group.start()
             target = f"lockserver://{group.addresses[0]}"
             for rnd in range(args.rounds):

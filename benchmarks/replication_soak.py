@@ -11,7 +11,13 @@ JSON-lines file per process. Every ``--fault-every`` seconds one fault, in turn:
 
 - ``kill``: SIGKILL a replica, start it again a moment later;
 - ``stop``: SIGSTOP a replica for longer than its lease, then SIGCONT;
+- ``clock``: step a replica's clocks an hour forward, or back where a previous step left
+  them (its wall *and* monotonic clock: the replicas run under libfaketime, file-driven, the
+  Debian ``faketime`` package; issue 29 -- a replica whose clock leaps must expire no session
+  early);
 - ``etcd``: (three members only) SIGKILL an etcd member, restart it a moment later.
+
+The group runs with a group secret (a fresh random one; ``--no-secret`` for none).
 
 It ends when ``--grants`` critical sections are recorded (or after ``--seconds``), checks the
 files and exits 1 on any violation::
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import multiprocessing
+import secrets
 import sys
 import tempfile
 import time
@@ -53,7 +60,7 @@ def _worker(
 
 def main(argv: list[str] | None = None) -> int:
     from lockbench.etcd import EtcdCluster
-    from lockbench.replicas import ReplicaGroup
+    from lockbench.replicas import FAKETIME_LIBRARY, ReplicaGroup
     from lockbench.safety import check, load
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -72,11 +79,26 @@ def main(argv: list[str] | None = None) -> int:
         help="applied entries between snapshots (a restarted replica replays the log after it)",
     )
     p.add_argument("--dir", default=None, help="where logs and JSON-lines go (default: temp)")
+    p.add_argument(
+        "--no-secret",
+        action="store_true",
+        help="run the group without a group secret (its log not authenticated)",
+    )
+    p.add_argument(
+        "--no-clock",
+        action="store_true",
+        help="no clock faults (and no libfaketime under the replicas)",
+    )
     args = p.parse_args(argv)
 
     workdir = Path(args.dir or tempfile.mkdtemp(prefix="replication-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    kinds = ["kill", "stop"] + (["etcd"] if args.etcd_members == 3 else [])
+    clock = not args.no_clock
+    if clock and FAKETIME_LIBRARY is None:
+        print("clock faults need libfaketime (apt-get install faketime), or --no-clock")
+        return 2
+    kinds = ["kill", "stop"] + (["clock"] if clock else [])
+    kinds += ["etcd"] if args.etcd_members == 3 else []
     faults: dict[str, int] = dict.fromkeys(kinds, 0)
     with (
         EtcdCluster(workdir / "etcd") as etcd,
@@ -86,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             n=args.replicas,
             group="soak",
             snapshot_every=args.snapshot_every,
+            secret=None if args.no_secret else secrets.token_hex(32),
+            faketime=set(range(args.replicas)) if clock else set(),
         ) as group,
     ):
         group.start()
@@ -131,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
                     group.stop(i)
                     time.sleep(group.lease_ttl + 1.0)  # past its lease: it must rejoin
                     group.cont(i)
+                elif kind == "clock":
+                    i = next(victim)
+                    # an hour forward, or back where the last step left it (±1 h)
+                    offset = 3600 if group.replicas[i].clock_offset == 0 else 0
+                    group.step_clock(i, offset)
                 else:
                     m = next(members)
                     etcd.kill(m)
@@ -151,11 +180,34 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"grants: {granted:,} in {elapsed:.1f} s ({granted / elapsed:,.0f}/s)")
         print(f"faults injected: {faults} (one every {args.fault_every:g} s)")
+        print(f"group secret: {'none' if args.no_secret else 'yes (random)'}")
         print(f"intervals checked: {len(intervals):,} (files in {workdir})")
         print(report.summary())
-        bad = not report.ok or any(proc.exitcode != 0 for proc in procs)
+        halted = _replica_figures(group.addresses)
+        bad = not report.ok or any(proc.exitcode != 0 for proc in procs) or halted
         print("FAILED" if bad else "OK")
         return 1 if bad else 0
+
+
+def _replica_figures(addresses: list[str]) -> bool:
+    """Print each replica's clock and authentication figures; True when one has halted."""
+    from client import LockClient, LockClientError
+
+    halted = False
+    for address in addresses:
+        try:
+            with LockClient(servers=[[address]], timeout=5) as c:
+                r = c.statistics()["replication"]
+        except LockClientError as exc:
+            print(f"replica {address}: no statistics ({exc})")
+            continue
+        halted = halted or r["halted"] is not None
+        print(
+            f"replica {address}: revision {r['revision']}, clamped stamps "
+            f"{r['clamped_stamps']}, clock resets {r['clock_resets']}, time jumps "
+            f"{r['time_jumps']}, rejected {r['rejected_entries']}, halted {r['halted']}"
+        )
+    return halted
 
 
 if __name__ == "__main__":

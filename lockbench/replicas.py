@@ -6,6 +6,14 @@ injects the faults the issue names (SIGKILL, SIGSTOP/SIGCONT, restart).
 The replicas run the ``lockserver`` of ``$LOCKBENCH_SERVER_ROOT`` when it is set (another
 checkout: the "before" side of a before/after sitting), as lockbench's spawned servers do.
 
+A group may be given a secret (``secret``: written to a private file each replica reads,
+``--group-secret-file``), and replicas may run under libfaketime (``faketime``: the Debian
+``faketime`` package) with a clock the test moves while they run: :meth:`ReplicaGroup.
+step_clock` writes the offset libfaketime reads on every clock call (file-driven mode,
+``FAKETIME_TIMESTAMP_FILE`` with ``FAKETIME_NO_CACHE``). It moves the process's wall clock
+*and* its monotonic clock (trio's), as a VM resumed or a clock stepped by hand would: the
+fault lab's clock faults (docs/replication.md, "Time").
+
 Rules kept: loopback only; every start is bounded (``START_TIMEOUT``) and fails with the
 replica's log; :meth:`ReplicaGroup.terminate` (also on ``__exit__`` and at exit) leaves no
 process behind.
@@ -28,10 +36,44 @@ from typing import Any, Final
 from ._spawn import spawn_env
 from .etcd import free_ports, log_tail
 
-__all__ = ["START_TIMEOUT", "Contention", "ReplicaGroup", "ReplicaProcess"]
+__all__ = [
+    "FAKETIME_LIBRARY",
+    "START_TIMEOUT",
+    "Contention",
+    "ReplicaGroup",
+    "ReplicaProcess",
+    "faketime_env",
+]
 
 #: Seconds a replica may take to join its group and listen.
 START_TIMEOUT: Final = 20.0
+#: libfaketime's preload library (Debian's ``libfaketime``; the MT build: a process may
+#: start threads), or None when it is not installed.
+FAKETIME_LIBRARY: Final = next(
+    (
+        path
+        for path in (
+            "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+            "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+            "/usr/lib/faketime/libfaketimeMT.so.1",
+        )
+        if Path(path).exists()
+    ),
+    None,
+)
+
+
+def faketime_env(offset_file: Path) -> dict[str, str]:
+    """The environment that runs a process under libfaketime with the clock offset written
+    in ``offset_file`` (``+0``, ``+3600``, ``-3600``: seconds), read again on every clock call:
+    its wall clock and its monotonic clock move together when the file changes."""
+    if FAKETIME_LIBRARY is None:
+        raise RuntimeError("libfaketime is not installed (Debian: apt-get install faketime)")
+    return {
+        "LD_PRELOAD": FAKETIME_LIBRARY,
+        "FAKETIME_TIMESTAMP_FILE": str(offset_file),
+        "FAKETIME_NO_CACHE": "1",
+    }
 
 
 class ReplicaProcess:
@@ -42,8 +84,10 @@ class ReplicaProcess:
         self.index = index
         self.port = port
         self.log_path = directory / f"replica{index}.log"
+        self.clock_path = directory / f"replica{index}.faketime"
         self.process: subprocess.Popen[bytes] | None = None
         self.stopped = False
+        self.clock_offset = 0  # seconds libfaketime adds to its clocks (with faketime)
 
     @property
     def address(self) -> str:
@@ -67,6 +111,8 @@ class ReplicaGroup:
         snapshot_every: int = 10_000,
         max_session_age: float | None = None,
         extra: tuple[str, ...] = (),
+        secret: str | None = None,
+        faketime: frozenset[int] | set[int] = frozenset(),
     ) -> None:
         self.endpoints = list(endpoints)
         self.directory = directory
@@ -75,9 +121,34 @@ class ReplicaGroup:
         self.snapshot_every = snapshot_every
         self.extra = extra
         self.max_session_age = max_session_age
+        self.faketime = frozenset(faketime)
         directory.mkdir(parents=True, exist_ok=True)
         self.replicas = [ReplicaProcess(i, port, directory) for i, port in enumerate(free_ports(n))]
+        self.secret_path: Path | None = None
+        if secret is not None:
+            self.secret_path = directory / "group.secret"
+            self.set_secret(secret)
+        for i in self.faketime:
+            self.replicas[i].clock_path.write_text("+0\n")
         atexit.register(self.terminate)
+
+    def set_secret(self, secret: str) -> None:
+        """Write the group's secret file (one secret per line), private to this user; the
+        replicas started from now on read it."""
+        assert self.secret_path is not None
+        self.secret_path.touch(mode=0o600)
+        self.secret_path.chmod(0o600)
+        self.secret_path.write_text(secret + "\n")
+
+    def step_clock(self, i: int, offset: int) -> None:
+        """Set replica ``i``'s clocks (wall and monotonic, under libfaketime) to run
+        ``offset`` seconds from the machine's, at once, while it runs: a step of
+        ``offset - previous offset`` seconds."""
+        if i not in self.faketime:
+            raise ValueError(f"replica {i} does not run under faketime")
+        r = self.replicas[i]
+        r.clock_path.write_text(f"{offset:+d}\n")
+        r.clock_offset = offset
 
     def __enter__(self) -> ReplicaGroup:
         return self
@@ -110,6 +181,8 @@ class ReplicaGroup:
         ]
         if self.max_session_age is not None:
             cmd += ["--max-session-age", str(self.max_session_age)]
+        if self.secret_path is not None:
+            cmd += ["--group-secret-file", str(self.secret_path)]
         return cmd
 
     def start(self, indices: list[int] | None = None) -> ReplicaGroup:
@@ -129,7 +202,11 @@ class ReplicaGroup:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**spawn_env(), "PYTHONUNBUFFERED": "1"},
+                env={
+                    **spawn_env(),
+                    "PYTHONUNBUFFERED": "1",
+                    **(faketime_env(r.clock_path) if r.index in self.faketime else {}),
+                },
             )
         finally:
             log.close()

@@ -136,8 +136,7 @@ def status(args: argparse.Namespace) -> int:
             "trust": f"{r['trust']:.3f}",
             "norm": f"{r['norm']:.3f}",
             "transactions_per_second": f"{r['transactions_per_second']:.1f}",
-            "group": r["replication"]["group"] if "replication" in r else "-",
-            "revision": r["replication"]["revision"] if "replication" in r else "-",
+            **_replica_cells(r.get("replication")),
         }
         for r in records
     ]
@@ -153,10 +152,53 @@ def status(args: argparse.Namespace) -> int:
         ("transactions_per_second", "TX/S"),
     ]
     if any("replication" in r for r in records):  # replicas: their group and applied revision
-        columns += [("group", "GROUP"), ("revision", "REVISION")]
-    human = table(rows, columns)
+        columns += [
+            ("group", "GROUP"),
+            ("revision", "REVISION"),
+            ("state", "STATE"),
+            ("auth", "AUTH"),
+            ("rejected", "REJECTED"),
+        ]
+    human = "\n".join([table(rows, columns), *_replica_notes(records)])
     emit(args, records, human)
     return Exit.OK
+
+
+def _replica_cells(repl: dict[str, Any] | None) -> dict[str, Any]:
+    """A replica's columns: its group, applied revision, whether it serves or halted, whether
+    its group's log is authenticated, how many records it rejected (- for a server)."""
+    if repl is None:
+        return dict.fromkeys(("group", "revision", "state", "auth", "rejected"), "-")
+    authenticated = repl.get("authenticated")
+    return {
+        "group": repl["group"],
+        "revision": repl["revision"],
+        "state": "HALTED" if repl.get("halted") else "serving",
+        "auth": "?" if authenticated is None else "yes" if authenticated else "NO",
+        "rejected": "?" if repl.get("rejected_entries") is None else repl["rejected_entries"],
+    }
+
+
+def _replica_notes(records: list[dict[str, Any]]) -> list[str]:
+    """Lines under the table: why each halted replica halted, and a warning for each group
+    whose log is not authenticated."""
+    notes = []
+    unauthenticated: dict[str, None] = {}
+    for r in records:
+        repl = r.get("replication")
+        if repl is None:
+            continue
+        halted = repl.get("halted")
+        if halted:
+            notes.append(f"HALTED {r['server']}: {halted['reason']}")
+        if repl.get("authenticated") is False:
+            unauthenticated[repl["group"]] = None
+    for group in unauthenticated:
+        notes.append(
+            f"WARNING group {group}: its log is not authenticated (no group secret): anyone "
+            "who can write to its etcd can take any lock (docs/security.md)"
+        )
+    return notes
 
 
 def kill(args: argparse.Namespace) -> int:

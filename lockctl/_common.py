@@ -98,5 +98,10 @@ def _replication(stats: dict[str, Any]) -> dict[str, Any]:
             "replica": repl["replica"],
             "replicas": sorted(set(repl["replicas"].values())),
             "revision": repl["revision"],
+            # issue 29 (older servers say nothing of it: None)
+            "authenticated": repl.get("authenticated"),
+            "halted": repl.get("halted"),
+            "rejected_entries": repl.get("rejected_entries"),
+            "clamped_stamps": repl.get("clamped_stamps"),
         }
     }

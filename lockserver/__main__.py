@@ -31,7 +31,7 @@ from ._build import build_problem
 from ._config import ConfigError, ServerConfig, load_config
 from ._etcd import EtcdError
 from ._gcstats import freeze_big_tables
-from ._replica import ReplicaHalted
+from ._replica import GroupRefused
 from ._server import RunningServer, serve
 
 __all__ = ["main"]
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         ConfigError,
         OSError,
         EtcdError,
-        ReplicaHalted,
+        GroupRefused,
         KeyboardInterrupt,
         BaseExceptionGroup,
     ) as exc:
@@ -126,9 +126,13 @@ def main(argv: list[str] | None = None) -> int:
         if config_error is not None:  # e.g. unreadable TLS files, found when serving starts
             print(f"lockserver: error: {config_error}", file=sys.stderr, flush=True)
             return 2
-        halted = _find(exc, ReplicaHalted)
-        if halted is not None:
-            print(f"lockserver: error: {halted}", file=sys.stderr, flush=True)
+        refused = _find(exc, GroupRefused)
+        if refused is not None:
+            print(
+                f"lockserver: error: replica of group {config.group!r}: {refused}",
+                file=sys.stderr,
+                flush=True,
+            )
             return 1
         etcd_error = _find(exc, EtcdError)
         if etcd_error is not None:

@@ -46,6 +46,7 @@ __all__ = [
     "ServerConfig",
     "load_config",
     "server_version",
+    "skip_revisions",
     "ENV_PREFIX",
     "LOG_LEVELS",
     "MAX_PROCESSES",
@@ -175,6 +176,29 @@ def etcd_endpoints(text: str) -> tuple[str, ...]:
             raise ValueError(f"{part!r} is not HOST:PORT (in {text!r})")
         out.append(f"{host}:{int(port)}")
     return tuple(out)
+
+
+def skip_revisions(text: str) -> frozenset[int]:
+    """The revisions of a ``skip_revision`` value (``R[,R...]``, each a positive integer);
+    ValueError naming the bad part."""
+    if not text.strip():
+        return frozenset()
+    out = set()
+    for raw in text.split(","):
+        part = raw.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise ValueError(f"{part!r} is not a log revision (a positive integer)")
+        out.add(int(part))
+    return frozenset(out)
+
+
+def _revisions(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if type(value) is not str:
+        raise ValueError(f"{attribute.name} must be R[,R...], got {value!r}")
+    try:
+        skip_revisions(value)
+    except ValueError as exc:
+        raise ValueError(f"{attribute.name} must be R[,R...] (log revisions): {exc}") from None
 
 
 def _group_name(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -377,6 +401,12 @@ class ServerConfig:
     #: Applied log entries between two snapshots of a group's state (written by one replica,
     #: then etcd is compacted to it).
     replica_snapshot_every: int = attrs.field(default=10_000, validator=_int_at_least(10))
+    #: A file holding the group's secret (one per line: the first signs, every one verifies;
+    #: docs/replication.md "The group secret"); empty: the group's log is not authenticated.
+    group_secret_file: str = attrs.field(default="", validator=_path)
+    #: Log revisions whose entries a replica skips (``R[,R...]``), as told alike to every
+    #: replica of a halted group (docs/replication.md "Halted replicas"); empty: none.
+    skip_revision: str = attrs.field(default="", validator=_revisions)
     trust: TrustSettings = attrs.field(factory=TrustSettings, validator=_trust_settings)
 
 

@@ -157,8 +157,9 @@ class Endpoints:
 
     def not_ready(self, stats: dict[str, Any]) -> list[str]:
         """Why the server would not accept work now (empty: it would): shutting down, no
-        room for another connection or session, or its reliability below the ``ready_*``
-        thresholds (the gate of every transaction's ``min_trust`` / ``min_uptime``)."""
+        room for another connection or session, its reliability below the ``ready_*``
+        thresholds (the gate of every transaction's ``min_trust`` / ``min_uptime``), or, a
+        replica, halted."""
         config = self.config
         server = stats["server"]
         engine = stats["engine"]
@@ -185,6 +186,9 @@ class Endpoints:
                 f"uptime {trust['uptime']:.1f} s is below "
                 f"ready_min_uptime={config.ready_min_uptime:g} s"
             )
+        halted = stats.get("replication", {}).get("halted")
+        if halted:  # a replica that halted serves no request (docs/replication.md)
+            reasons.append(halted["reason"])
         return reasons
 
     def status(self, request: HttpRequest, principal: Principal, now: float) -> HttpResponse:

@@ -357,6 +357,15 @@ class Etcd:
             return False
         return True
 
+    async def lease_time_to_live(self, lease_id: int) -> tuple[int, int]:
+        """(seconds the lease has left by etcd's clock, the TTL it was granted); the first
+        is -1 when the lease is gone (expired or revoked)."""
+        try:
+            answer = await self._call("/v3/lease/timetolive", {"ID": str(lease_id)}, write=False)
+        except LeaseGone:
+            return -1, 0
+        return int64(answer, "TTL"), int64(answer, "grantedTTL")
+
     # --- watch and status -----------------------------------------------------------------
 
     def watch(

@@ -6,8 +6,8 @@ Why this shape (issue 18, docs/replication.md): etcd is the group's ordered, rep
 the lock core is its state machine. Every replica applies the same entries, in etcd revision
 order, through the same door calls with the same ``now`` and ``trust``: so every replica holds
 the same lock state, and the replica that received a request answers it once it has applied
-the entry carrying it. Nothing here reads a clock: an entry carries its proposer's clock and
-trust reading, and time in the group is ``now = max(previous now, stamp)``.
+the entry carrying it. Nothing here reads a clock: an entry carries its proposer's estimate
+of the group's time, and the group's time is decided from those stamps by the rule below.
 
 Rules kept:
 
@@ -18,6 +18,12 @@ Rules kept:
 - **Owners are names, not objects**: a connection is ``(replica id, connection number)``. Each
   replica maps its own names to its sockets; outputs addressed to another replica's
   connections are that replica's to send.
+- **Only the group's replicas write what is applied** (issue 29, with a group secret): an
+  entry or a registration is opened (``_groupauth.Sealer``) before anything in it is
+  decoded; one that does not open is rejected whole and counted (``rejected``), never
+  applied, never a reason to stop. An authenticated entry names the revision of its
+  proposer's registration, so an old entry put again (a replay) is rejected even when its
+  replica's registration was put again too.
 - **A replica's entries count while it is registered**: its registration key (held by an etcd
   lease) is put before its first entry; when the key goes (the lease lapsed, or it left), every
   connection of it is gone, as a door call at that point of the log, and entries it proposed
@@ -28,21 +34,38 @@ Rules kept:
   ``fence_base + (revision << 16) + index``, so every grant's fence names the etcd revision of
   the entry that made it (and its place in it): strictly increasing across replicas and
   restarts of any of them.
+- **Group time never runs faster than real time** (docs/replication.md "Time"): a session
+  expires when the group's time passes its deadline, and its holder was promised that much
+  real time. An entry's stamp is its proposer's estimate (the group's time when it last
+  applied an entry, plus its own monotonic clock since: a wall clock never counts). The
+  entry's time is ``max(group time, stamp)``, but a stamp more than :data:`CLOCK_WINDOW`
+  ahead of the group's time moves it by the window only (it is *clamped*, and counted:
+  ``clamped``), and a later stamp of the same replica proposed before it applied that clamp
+  (its ``base`` revision is older) moves nothing: one replica whose clock leaps moves the
+  group's time by one window at most. Replicas propose a tick every :data:`HEARTBEAT` while
+  anything has a deadline, so an honest stamp is never that far ahead. Time that passed while
+  no entry could be committed (the whole group down) comes back only through a *jump* op
+  measured by etcd's own clock (the *witness* lease, ``_replica.py``); a clamp voids the
+  witness until it is anchored again.
 
-Entry (msgpack): ``[2, replica, batch, stamp, trust, ops]``, ``ops`` being the msgpack array
-of the entry's ops deflated (zlib, level 1; :func:`encode_ops`): an entry is written to
-etcd's WAL and database and sent to every watcher base64'd in JSON, and its ops repeat
-sessions, namespaces and keys, so deflating it cuts what etcd and every replica handle
-several-fold (measured on lockbench's load: a 64-op entry of 7.9 kB deflates to 0.7 kB, in
-24 µs; inflating takes 10 µs). The header stays plain: an entry that is skipped (its replica
-is not registered, its batch applied already) is not inflated. Format 1 (the same with the
-ops array itself in place of its deflated bytes) is still applied: a group restarted on this
-version applies the log its previous version wrote. Decoding is strict: ops that do not
-inflate, inflate past :data:`MAX_OPS_BYTES` or hold anything but an array raise ValueError
-(every replica of the version meets such an entry alike and skips it alike); another format
-number raises :class:`EntryFormatError`: a newer replica wrote it and the replicas that know
-it apply it, so a replica that meets it stops (``_replica.ReplicaHalted``) rather than
-diverge. Op (a list, first item its kind):
+Entry (msgpack): ``[3, replica, registration, batch, stamp, base, trust, ops]`` --
+``registration`` the revision of the proposer's registration, ``base`` the revision it had
+applied when it stamped the entry, ``ops`` the msgpack array of the entry's ops deflated
+(zlib, level 1; :func:`encode_ops`): an entry is written to etcd's WAL and database and sent
+to every watcher base64'd in JSON, and its ops repeat sessions, namespaces and keys, so
+deflating it cuts what etcd and every replica handle several-fold (measured on lockbench's
+load: a 64-op entry of 7.9 kB deflates to 0.7 kB, in 24 µs; inflating takes 10 µs). With a
+group secret the entry is sealed (``_groupauth``: a key id and an HMAC-SHA256 tag before it).
+The header stays plain: an entry that is skipped (its replica is not registered, its batch
+applied already) is not inflated. Formats 2 (``[2, replica, batch, stamp, trust, ops]``) and
+1 (the same with the ops array inline) are still applied in a group without a secret: a group
+restarted on this version applies the log its previous version wrote. Decoding is strict:
+ops that do not inflate, inflate past :data:`MAX_OPS_BYTES` or hold anything but an array
+raise ValueError (every replica of the version meets such an entry alike and skips it alike);
+another format number raises :class:`EntryFormatError`: a newer replica wrote it and the
+replicas that know it apply it, so a replica that meets it halts (``_replica.Replica``)
+rather than diverge -- with a secret only when the entry is authenticated (an unsealed one is
+rejected first). Op (a list, first item its kind):
 
 - ``["x", conn, principal, request]`` execute; ``["e", conn, principal, admin, request]`` end;
   ``["c", conn, request]`` cancel; ``["r", conn, request]`` force-release;
@@ -50,7 +73,10 @@ diverge. Op (a list, first item its kind):
   the client's request as its protocol wire map (``protocol.request_to_wire``);
 - ``["g", conn]`` the connection closed; ``["b", conn, request id]`` a read barrier (the
   proposer answers a read from its applied state once the barrier is applied: reads never see
-  state older than the request); ``["t"]`` a tick (time passes: expiries, wait deadlines).
+  state older than the request); ``["t"]`` a tick (time passes: expiries, wait deadlines);
+- ``["k", lease, ttl, claim]`` the witness is anchored: etcd lease ``lease`` was granted with
+  ``ttl`` seconds when the group's time was at least ``claim``; ``["j", time]`` the group's
+  time jumps to ``time`` (measured by the witness after the whole group was down).
 """
 
 from __future__ import annotations
@@ -58,8 +84,8 @@ from __future__ import annotations
 import io
 import pickle
 import zlib
-from collections.abc import Callable, Hashable
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any, Final, NamedTuple
 
 import attrs
 
@@ -78,15 +104,21 @@ from protocol import (
 )
 
 from ._build import COMPILED_MODULES
+from ._groupauth import Sealer
 from .engine import BigTable, EngineLimits, LockCore, Output, ShardedDict, WaitLimits
 
 __all__ = [
+    "CLOCK_WINDOW",
     "ENTRY_FORMAT",
+    "HEARTBEAT",
     "EntryFormatError",
+    "EntryKeyError",
     "MAX_OPS_BYTES",
     "Barrier",
+    "Entry",
     "Genesis",
     "GroupState",
+    "Owner",
     "SnapshotError",
     "decode_entry",
     "decode_header",
@@ -95,14 +127,19 @@ __all__ = [
     "encode_ops",
 ]
 
-#: The entry format this code writes and the only one it applies (every replica of a group
-#: runs the same format: docs/replication.md, "Upgrading").
-ENTRY_FORMAT: Final = 2
+#: The entry format this code writes (every replica of a group runs the same format:
+#: docs/replication.md, "Upgrading").
+ENTRY_FORMAT: Final = 3
 #: Bytes an entry's ops may inflate to (a bound against a corrupt entry; a proposer's entry
 #: is far below it: etcd takes at most ~1.5 MiB per value, and ops deflate ~10-fold).
 MAX_OPS_BYTES: Final = 1 << 28
 #: Grants one entry may make before its fences would reach the next revision's.
 FENCES_PER_REVISION: Final = 1 << 16
+#: Seconds one stamp may move the group's time past where it stands (more is clamped).
+CLOCK_WINDOW: Final = 1.0
+#: Seconds of group time after which a replica proposes a tick while anything has a
+#: deadline (the first registered; the others a quarter later each, so one usually does).
+HEARTBEAT: Final = 0.4
 # The log was validated by the replica that proposed it (with the group's limits); applying
 # it decodes with bounds that never refuse what a replica accepted.
 _LOG_LIMITS: Final = TreeLimits(
@@ -113,6 +150,9 @@ _LOG_LIMITS: Final = TreeLimits(
     max_value=1 << 30,
     max_ttl=1e15,
 )
+
+#: A connection in the group: (replica id, connection number).
+Owner = tuple[str, int]
 
 
 class SnapshotError(Exception):
@@ -174,9 +214,9 @@ def encode_ops(ops: list[list[Any]]) -> bytes:
 
 
 def decode_ops(packed: bytes | list[list[Any]]) -> list[list[Any]]:
-    """The ops :func:`encode_ops` made ``packed`` of (format 2), or ``packed`` itself when
-    it is the list a format-1 entry holds; ValueError when they do not inflate (completely,
-    within :data:`MAX_OPS_BYTES`, with nothing after them) to an array."""
+    """The ops :func:`encode_ops` made ``packed`` of (formats 2 and 3), or ``packed`` itself
+    when it is the list a format-1 entry holds; ValueError when they do not inflate
+    (completely, within :data:`MAX_OPS_BYTES`, with nothing after them) to an array."""
     if isinstance(packed, list):
         return packed
     inflater = zlib.decompressobj()
@@ -196,12 +236,20 @@ def decode_ops(packed: bytes | list[list[Any]]) -> list[list[Any]]:
 
 
 def encode_entry(
-    replica: str, batch: int, stamp: float, trust: float, ops: list[list[Any]] | bytes
+    replica: str,
+    batch: int,
+    stamp: float,
+    trust: float,
+    ops: list[list[Any]] | bytes,
+    *,
+    registration: int = 0,
+    base: int = 0,
 ) -> bytes:
-    """One log entry (a batch of ops proposed by ``replica``); ``ops`` as a list, or as
-    :func:`encode_ops` encoded it (a proposer that measured its size)."""
+    """One log entry (a batch of ops proposed by ``replica`` registered at revision
+    ``registration``, stamped after it had applied revision ``base``), unsealed; ``ops`` as a
+    list, or as :func:`encode_ops` encoded it (a proposer that measured its size)."""
     packed = ops if isinstance(ops, bytes) else encode_ops(ops)
-    return pack([ENTRY_FORMAT, replica, batch, stamp, trust, packed])
+    return pack([ENTRY_FORMAT, replica, registration, batch, stamp, base, trust, packed])
 
 
 class EntryFormatError(ValueError):
@@ -210,36 +258,55 @@ class EntryFormatError(ValueError):
     the replicas that know its format: a replica that skipped it would diverge from them."""
 
 
-def decode_header(data: bytes) -> tuple[str, int, float, float, bytes | list[list[Any]]]:
-    """(replica, batch, stamp, trust, ops) of an entry, its ops as :func:`encode_ops` made
-    them (format 2) or as a list (format 1, written before format 2: read still, so a group
-    restarted on this version applies the log its previous version left); ValueError when
-    it is neither (the message names the format it has)."""
+class EntryKeyError(ValueError):
+    """A log entry sealed with a key this replica does not hold but a registered replica of
+    the group does: it is most likely that replica's entry, which the others apply; a replica
+    that skipped it would diverge from them (a rotation of the secret out of order)."""
+
+
+class Entry(NamedTuple):
+    """A decoded entry's fields (formats 1 and 2 carry no ``registration`` and ``base``:
+    -1). ``ops`` is as the entry carries them until :func:`decode_ops` (or a list, from
+    :func:`decode_entry`)."""
+
+    replica: str
+    registration: int
+    batch: int
+    stamp: float
+    base: int
+    trust: float
+    ops: Any
+
+
+def decode_header(data: bytes, *, legacy: bool = True) -> Entry:
+    """The fields of an (unsealed) entry, its ops as :func:`encode_ops` made them (formats 2
+    and 3) or as a list (format 1); ``legacy``: formats 1 and 2 (written before format 3, read
+    still in a group without a secret, so a group restarted on this version applies the log
+    its previous version left) are entries too. EntryFormatError for another format number
+    (the message names it); ValueError when it is no entry."""
     w = unpack(data)
-    if type(w) is list and len(w) == 6 and type(w[0]) is int and w[0] not in (1, ENTRY_FORMAT):
+    fmt = w[0] if type(w) is list and w else None
+    if type(fmt) is int and fmt not in (1, 2, ENTRY_FORMAT):
         raise EntryFormatError(
-            f"a log entry of format {w[0]}, which this version cannot apply (it applies "
-            f"formats 1 and {ENTRY_FORMAT}): a replica of a newer version wrote it; every "
-            "replica of a group must run the same entry format (docs/replication.md, "
-            "'Upgrading')"
+            f"a log entry of format {fmt}, which this version cannot apply (it applies "
+            f"format {ENTRY_FORMAT}{' and formats 1 and 2' if legacy else ''}): a replica of "
+            "a newer version wrote it; every replica of a group must run the same entry "
+            "format (docs/replication.md, 'Upgrading')"
         )
-    if (
-        type(w) is not list
-        or len(w) != 6
-        or (w[0], type(w[5])) not in ((ENTRY_FORMAT, bytes), (1, list))
-    ):
-        found = w[0] if type(w) is list and w else None
-        raise ValueError(
-            f"not a log entry of format {ENTRY_FORMAT} or 1 (its format: {found!r}): every "
-            "replica of a group must run the same entry format"
-        )
-    return str(w[1]), int(w[2]), float(w[3]), float(w[4]), w[5]
+    if fmt == ENTRY_FORMAT and len(w) == 8 and type(w[7]) is bytes:
+        return Entry(str(w[1]), int(w[2]), int(w[3]), float(w[4]), int(w[5]), float(w[6]), w[7])
+    if legacy and len(w) == 6 and (fmt, type(w[5])) in ((2, bytes), (1, list)):
+        return Entry(str(w[1]), -1, int(w[2]), float(w[3]), -1, float(w[4]), w[5])
+    raise ValueError(
+        f"not a log entry of format {ENTRY_FORMAT}{' (or 2, or 1)' if legacy else ''} (its "
+        f"format: {fmt!r}): every replica of a group must run the same entry format"
+    )
 
 
-def decode_entry(data: bytes) -> tuple[str, int, float, float, list[list[Any]]]:
-    """(replica, batch, stamp, trust, ops) of an entry; ValueError when it is not one."""
-    replica, batch, stamp, trust, ops = decode_header(data)
-    return replica, batch, stamp, trust, decode_ops(ops)
+def decode_entry(data: bytes) -> Entry:
+    """An (unsealed) entry's fields, its ops decoded; ValueError when it is not one."""
+    entry = decode_header(data)
+    return entry._replace(ops=decode_ops(entry.ops))
 
 
 def wire(request: Any) -> dict[str, Any]:
@@ -249,14 +316,17 @@ def wire(request: Any) -> dict[str, Any]:
 
 class GroupState:
     """The replicated state: the lock core and the group's bookkeeping around it (live
-    replicas, their connections, the last batch of each, group time, the last revision).
+    replicas, their connections, the last batch of each, group time, the last revision,
+    the clock's bookkeeping).
 
     ``apply_*`` calls return the door's outputs (addresses ``((replica, conn), request id)``);
-    the caller keeps those of its own replica."""
+    the caller keeps those of its own replica. With ``sealer`` (a group secret), entries and
+    registrations are authenticated first; a group is sealed or not from its creation (the
+    replica checks its genesis), so every replica of it passes a sealer, or none does."""
 
     def __init__(self, genesis: Genesis) -> None:
         self.genesis = genesis
-        self.core = LockCore(
+        self.core: LockCore[Owner] = LockCore(
             started_at=genesis.started_at,
             host="",
             fence_epoch=genesis.fence_base,
@@ -269,12 +339,41 @@ class GroupState:
         self.revision = 0
         # replica id -> its address, in registration order
         self.replicas: dict[str, str] = {}
+        self._defaults()
         # replica id -> its connections that made calls (insertion-ordered: determinism)
-        self.owners: dict[str, dict[tuple[str, int], None]] = {}
+        self.owners: dict[str, dict[Owner, None]] = {}
         # replica id -> the last batch of it applied
         self.batches: dict[str, int] = {}
         self.entries = 0
         self.skipped = 0
+
+    def _defaults(self) -> None:
+        """The bookkeeping a snapshot of the version before issue 29 does not hold."""
+        # replica id -> the revision of its registration, and the key ids it holds (its
+        # signing key first; empty without a secret)
+        self.registrations: dict[str, int] = {}
+        self.keysets: dict[str, tuple[bytes, ...]] = {}
+        # replica id -> the revision of its last clamped stamp
+        self.clamped_at: dict[str, int] = {}
+        self.rejected = 0  # entries and registrations that failed authentication
+        self.clamped = 0  # stamps that would have moved time past the window
+        self.jumps = 0  # witness jumps applied, and the seconds they moved time
+        self.jumped = 0.0
+        self.skipped_revisions = 0  # revisions skipped as told (--skip-revision)
+        # key id -> the last revision at which an entry sealed with it was applied
+        self.signers: dict[bytes, int] = {}
+        # The witness: (etcd lease, its TTL, group time at its grant), None when unknown or
+        # void (a clamp since: time was lost that the lease would count)
+        self.witness: tuple[int, int, float] | None = None
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # The saved attributes in their order (a fingerprint compares it), then what a snapshot
+        # of the version before issue 29 lacks.
+        self.__dict__.update(state)
+        fresh = GroupState.__new__(GroupState)
+        fresh._defaults()
+        for name, value in fresh.__dict__.items():
+            self.__dict__.setdefault(name, value)
 
     # --- events of the log --------------------------------------------------------------------
 
@@ -283,9 +382,12 @@ class GroupState:
         data: bytes,
         revision: int,
         decoded: Callable[[str, int], list[Any] | None] | None = None,
-    ) -> list[Output]:
-        """Apply one log entry found at ``revision``. An entry of a replica that is not
-        registered (gone, or never) or of a batch applied already changes nothing.
+        sealer: Sealer | None = None,
+    ) -> list[Output[Owner]]:
+        """Apply one log entry found at ``revision``. An entry that does not open with
+        ``sealer`` (given: the group has a secret) is rejected (counted) and changes nothing;
+        neither does one of a replica that is not registered (gone, or never), one naming
+        another registration of its replica (a replay), nor one of a batch applied already.
 
         ``decoded(replica, batch)``, when given, may return the entry's requests as the
         proposer held them (one per op, None where it holds none): the request of an
@@ -294,87 +396,237 @@ class GroupState:
         decoding it gives an equal request (the protocol's round trip) -- the proposer only
         skips the work the others do."""
         self.revision = revision
-        replica, batch, stamp, trust, packed = decode_header(data)
+        if sealer is not None:
+            body = sealer.open(data)
+            if body is None:
+                self._unopened(data, sealer)
+                return []
+            self.signers[Sealer.key_ids(data)[0]] = revision
+            data = body
+        replica, registration, batch, stamp, base, trust, packed = decode_header(
+            data, legacy=sealer is None
+        )
         held = decoded(replica, batch) if decoded is not None else None
         if replica not in self.replicas or batch <= self.batches.get(replica, 0):
             self.skipped += 1
             return []
+        if sealer is not None and registration != self.registrations.get(replica):
+            self.rejected += 1  # sealed for another registration of its replica: a replay
+            return []
         ops = decode_ops(packed)
         self.batches[replica] = batch
         self.entries += 1
-        now = self.now if stamp < self.now else stamp
-        self.now = now
+        now = self._time(replica, stamp, base, revision)
         self.trust = trust
         core = self.core
-        engine = core.engine
         floor = self.genesis.fence_base + revision * FENCES_PER_REVISION
-        engine.fence = max(engine.fence, floor)
-        out = core.advance(now, trust=trust)
+        out = core.advance(now, trust=trust, fence_floor=floor)
         owners = self.owners.setdefault(replica, {})
-        if held is not None and len(held) == len(ops):
-            for op, request in zip(ops, held, strict=True):
-                out += self._op(replica, owners, op, now, trust, request)
-        else:
-            for op in ops:
-                out += self._op(replica, owners, op, now, trust)
+        requests = held if held is not None and len(held) == len(ops) else None
+        for i, op in enumerate(ops):
+            kind = op[0]
+            if kind in ("j", "k"):
+                now = self._clock_op(op, now, trust, out)
+                continue
+            request = None if requests is None else requests[i]
+            out += self._op(replica, owners, op, now, trust, request)
         return out
 
-    def apply_registered(self, replica: str, address: str, revision: int) -> list[Output]:
-        """A replica registered (its key was put): its entries count from now on."""
+    def _unopened(self, data: bytes, sealer: Sealer) -> None:
+        """An entry that does not open: rejected and counted, unless a registered replica
+        declared the key it names and this one does not hold it (EntryKeyError)."""
+        declared = {kid for held in self.keysets.values() for kid in held}
+        for kid in Sealer.key_ids(data):
+            if kid in declared and not sealer.holds(kid):
+                raise EntryKeyError(
+                    f"a log entry is sealed with key {kid.hex()}, which a replica of the group "
+                    "holds and this one does not: it cannot apply the log alike with the "
+                    "others. Give it that key too, until the group has written a snapshot "
+                    "past the last entry sealed with it (docs/replication.md, 'Rotating the "
+                    "group secret')"
+                )
+        self.rejected += 1
+
+    def apply_registered(
+        self, replica: str, value: bytes | str, revision: int, sealer: Sealer | None = None
+    ) -> list[Output[Owner]]:
+        """A replica registered (its key was put): its entries count from now on. ``value``:
+        its address (str, or the key's bytes); with ``sealer``, the sealed record of its id,
+        address and key ids (one that does not open, names another id, or re-registers a
+        registered id is rejected and counted)."""
         self.revision = revision
+        if replica in self.replicas:  # a replica never puts its key twice: a replay
+            self.rejected += 1
+            return []
+        keys: tuple[bytes, ...] = ()
+        if sealer is None:
+            address = value if isinstance(value, str) else value.decode()
+        else:
+            body = sealer.open(value.encode() if isinstance(value, str) else value)
+            record = None if body is None else unpack(body)
+            if (
+                type(record) is not list
+                or len(record) != 3
+                or record[0] != replica
+                or type(record[1]) is not str
+                or type(record[2]) is not list
+                or not record[2]
+                or not all(type(k) is bytes for k in record[2])
+            ):
+                self.rejected += 1
+                return []
+            address, keys = record[1], tuple(record[2])
         self.replicas[replica] = address
+        self.registrations[replica] = revision
+        self.keysets[replica] = keys
         return []
 
-    def apply_departed(self, replica: str, revision: int) -> list[Output]:
+    def apply_departed(self, replica: str, revision: int) -> list[Output[Owner]]:
         """A replica's key went (its lease lapsed, or it left): every connection of it is
         gone now, on every replica; its later entries are ignored."""
         self.revision = revision
         if self.replicas.pop(replica, None) is None:
             return []
         self.batches.pop(replica, None)
-        out: list[Output] = []
+        self.registrations.pop(replica, None)
+        self.keysets.pop(replica, None)
+        self.clamped_at.pop(replica, None)
+        out: list[Output[Owner]] = []
         core = self.core
         for owner in self.owners.pop(replica, {}):
             out += core.owner_gone(owner, now=self.now, trust=self.trust)
         return out
+
+    def apply_skipped(self, revision: int) -> list[Output[Owner]]:
+        """The entry at ``revision`` is skipped as the operator told every replica
+        (``--skip-revision``): nothing of it applies."""
+        self.revision = revision
+        self.skipped_revisions += 1
+        return []
+
+    # --- what the group knows of its replicas -------------------------------------------------
+
+    def key_conflict(self, replica: str, ids: tuple[bytes, ...]) -> str | None:
+        """Why ``replica`` (holding the key ids ``ids``, its signing key first) cannot apply
+        the log alongside the replicas registered now: one of them signs with a key it does
+        not hold (it would reject that replica's entries), or does not hold its signing key
+        (that replica would reject its entries); None when there is no such conflict."""
+        for other, held in self.keysets.items():
+            if other == replica or not held:
+                continue
+            address = self.replicas.get(other, "?")
+            if held[0] not in ids:
+                return (
+                    f"replica {other} ({address}) signs its entries with key {held[0].hex()}, "
+                    "which this replica does not hold"
+                )
+            if ids[0] not in held:
+                return (
+                    f"replica {other} ({address}) does not hold this replica's signing key "
+                    f"{ids[0].hex()}"
+                )
+        return None
+
+    def retired_signers(self) -> dict[bytes, int]:
+        """The keys that sealed applied entries but are no registered replica's signing key
+        any more (a rotation), each with the last revision it sealed."""
+        signing = {held[0] for held in self.keysets.values() if held}
+        return {kid: rev for kid, rev in self.signers.items() if kid not in signing}
+
+    def writer(self) -> str | None:
+        """The replica that writes snapshots and anchors the witness: the registered replica
+        with the smallest id among those that have proposed an entry (so an id whose
+        registration was put again by someone else, which proposes nothing, is never it)."""
+        active = [r for r in self.replicas if r in self.batches]
+        return min(active) if active else None
+
+    def witness_time(self, remaining: int, granted: int) -> float | None:
+        """The group's time by the witness, given what etcd says of its lease now (seconds
+        remaining, TTL granted; remaining <= 0: gone): its anchor plus the seconds etcd has
+        counted since its grant, less a margin (the TTL's rounding, the window, a heartbeat),
+        so it never runs ahead of real time. None when there is no valid witness or its lease
+        is gone (unknown: a lease can be revoked by anyone who writes to etcd)."""
+        witness = self.witness
+        if witness is None or remaining <= 0 or granted <= 0:
+            return None
+        _, _, anchored = witness
+        counted = max(0, granted - remaining - 1)
+        return anchored + counted - CLOCK_WINDOW - HEARTBEAT
+
+    # --- time ---------------------------------------------------------------------------------
+
+    def _time(self, replica: str, stamp: float, base: int, revision: int) -> float:
+        """The group's time for an entry of ``replica`` stamped ``stamp`` after it applied
+        revision ``base`` (the module's rule: the window, the clamp, the stamps in flight)."""
+        now = self.now
+        if stamp <= now:
+            return now
+        if base >= 0 and base < self.clamped_at.get(replica, -1):
+            # Stamped before its proposer applied its clamped stamp: its clock may still be
+            # the one that leapt. It moves nothing.
+            self.clamped += 1
+            return now
+        if stamp > now + CLOCK_WINDOW:
+            self.clamped += 1
+            self.clamped_at[replica] = revision
+            self.witness = None  # real time passed that the group's time did not count
+            stamp = now + CLOCK_WINDOW
+        self.now = stamp
+        return stamp
+
+    def _clock_op(self, op: list[Any], now: float, trust: float, out: list[Output[Owner]]) -> float:
+        """Apply a witness op (``k``: anchor, ``j``: jump); the entry's time from now on."""
+        if op[0] == "k":
+            lease, ttl, claim = int(op[1]), int(op[2]), float(op[3])
+            self.witness = (lease, ttl, min(claim, now))
+            return now
+        value = float(op[1])
+        if value <= now:
+            return now
+        self.jumps += 1
+        self.jumped += value - now
+        self.now = value
+        out += self.core.advance(value, trust=trust)
+        return value
 
     # --- ops ----------------------------------------------------------------------------------
 
     def _op(
         self,
         replica: str,
-        owners: dict[tuple[str, int], None],
+        owners: dict[Owner, None],
         op: list[Any],
         now: float,
         trust: float,
         request: Any = None,
-    ) -> list[Output]:
+    ) -> list[Output[Owner]]:
         kind = op[0]
-        owner = (replica, int(op[1])) if kind != "t" else None
-        core = self.core
-        if kind == "x":
-            owners[owner] = None  # type: ignore[index]
-            msg: Any = request_from_wire(op[3], _LOG_LIMITS) if request is None else request
-            assert type(msg) is Execute
-            sid = msg.session.session_id
-            out: list[Output] = []
-            if core.waits.parked_count(sid):
-                # A session's parked requests follow the session: used through this replica
-                # now, its requests parked through another replica are answered (their
-                # connection most likely died with that replica, before its lease lapsed;
-                # granted later, they would hold a lock nobody knows of).
-                out = core.drop_waits(sid, _of_replica(replica), now=now, trust=trust)
-            return out + core.execute(
-                owner, msg.request_id, msg.session, msg.transaction, msg.wait, now, trust, op[2]
-            )
         if kind == "t":
             return []
+        owner = (replica, int(op[1]))
+        core = self.core
+        if kind == "x":
+            owners[owner] = None
+            msg: Any = request_from_wire(op[3], _LOG_LIMITS) if request is None else request
+            assert type(msg) is Execute
+            # A session's parked requests follow the session (the door's rule for sites).
+            return core.execute(
+                owner,
+                msg.request_id,
+                msg.session,
+                msg.transaction,
+                msg.wait,
+                now,
+                trust,
+                op[2],
+                site=replica,
+            )
         if kind == "g":
-            owners.pop(owner, None)  # type: ignore[arg-type]
+            owners.pop(owner, None)
             return core.owner_gone(owner, now=now, trust=trust)
         if kind == "b":
             return [((owner, int(op[2])), Barrier(int(op[2])))]  # type: ignore[list-item]
-        owners[owner] = None  # type: ignore[index]
+        owners[owner] = None
         if kind == "e":
             msg = request_from_wire(op[4], _LOG_LIMITS)
             assert type(msg) is EndSession
@@ -473,15 +725,6 @@ def _by_value(obj: Any, path: set[int]) -> Any:
         return (type(obj).__module__, type(obj).__qualname__, tuple(parts))
     finally:
         path.discard(id(obj))
-
-
-def _of_replica(replica: str) -> Callable[[Hashable], bool]:
-    """Whether an owner (a connection's name) is one of ``replica``'s."""
-
-    def mine(owner: Any) -> bool:
-        return bool(owner[0] == replica)
-
-    return mine
 
 
 _ALLOWED_BUILTINS: Final = frozenset(

@@ -2,10 +2,10 @@
 the status page's busiest tables and longest waits.
 
 ``HttpListings`` turns a query string into the protocol's listing request and serves it
-through the very code path a protocol ``holders`` / ``sessions`` / ``waiters`` request takes
-(``RequestHandler.listing``: the namespace check, the principal's visibility, one call
-through the door); it adds only the HTTP half: parsing the query, and rendering the page as
-JSON with the records of ``protocol.record_to_json``.
+through the checks a protocol ``holders`` / ``sessions`` / ``waiters`` request passes
+(``RequestHandler.read_listing``: the namespace check, the principal's visibility) and the
+door's own listing code (``read_listing``); it adds only the HTTP half: parsing the query,
+and rendering the page as JSON with the records of ``protocol.record_to_json``.
 
 Rules kept (issue 16 section 3, docs/operations.md "HTTP endpoints"):
 - **The same request, the same answer.** The parameters are the listing's fields
@@ -17,8 +17,8 @@ Rules kept (issue 16 section 3, docs/operations.md "HTTP endpoints"):
   valueless parameter, bad percent-encoding (``%`` not followed by two hex digits, or bytes
   that are not UTF-8), a ``limit`` that is not a decimal integer in 1..1000, a field over its
   limit, a bad cursor. A namespace the token may not use is 403 (FORBIDDEN).
-- Whatever else the door returns with the page (sessions that expired as it was read: their
-  ``lost`` events) is delivered to the connections it is for, as after any request.
+- **A read changes nothing**: the page is read from the state as it stands (the door's
+  ``read_listing``); what is due to expire goes at the timer's next wake, which is on time.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ from protocol import (
 from ._auth import Principal
 from ._endpoints import Endpoints
 from ._http import HttpRequest, HttpResponse
-from ._requests import Door, RequestHandler, sessions_page
-from .engine import EngineError, Output, SessionsListing
+from ._peer import Peer
+from ._requests import RequestHandler, sessions_page
+from .engine import Door, EngineError, SessionsListing
 
 __all__ = ["LONGEST_WAITS", "PARAMETERS", "TOP_TABLES", "HttpListings", "parse_query"]
 
@@ -121,19 +122,12 @@ def to_json(page: HoldersPage | SessionsPage | WaitersPage) -> dict[str, Any]:
     return {key: [record_to_json(r) for r in records], "cursor": page.cursor}
 
 
-class _Owner:
-    """The address an HTTP listing's answer comes back to from the door (one per call, so
-    nothing else can be addressed to it)."""
-
-    __slots__ = ()
-
-
 class HttpListings:
     """The listing endpoints and the status page's activity, served through ``requests``
     (the shell's request handler) and ``core`` (the door); ``limits`` are the server's
     name and text limits the protocol's decoder checks."""
 
-    def __init__(self, requests: RequestHandler, core: Door, limits: TreeLimits) -> None:
+    def __init__(self, requests: RequestHandler, core: Door[Peer], limits: TreeLimits) -> None:
         self.requests = requests
         self.core = core
         self.limits = limits
@@ -167,18 +161,9 @@ class HttpListings:
         return HttpResponse.json(200, to_json(answer))
 
     def _ask(self, kind: str, query: ListQuery, principal: Principal, now: float) -> Any:
-        """One listing through the request handler; delivers the outputs for others and
-        returns the answer (a page, or the EngineError that refused it)."""
-        owner = _Owner()
-        answer: Any = None
-        others: list[Output] = []
-        for out in self.requests.listing(owner, 0, kind, query, principal, now):
-            if out[0][0] is owner:
-                answer = out[1]
-            else:
-                others.append(out)
-        if others:
-            self.requests.deliver(others)
+        """One listing through the request handler's check and the door's read (which
+        changes nothing); returns the answer (a page, or the EngineError that refused it)."""
+        answer = self.requests.read_listing(kind, query, principal)
         if type(answer) is SessionsListing:
             return sessions_page(answer)
         return answer

@@ -385,3 +385,47 @@ class ServerCollector(Collector):
         for code, count in sorted(http.responses.items()):
             responses.add_metric([str(code)], count)
         yield responses
+        replication = stats.get("replication")
+        if replication is not None:  # a replica of a group (docs/replication.md)
+            yield from _replication_metrics(replication)
+
+
+def _replication_metrics(repl: dict[str, Any]) -> Iterator[Metric]:
+    """A replica's figures (its statistics' ``replication`` section)."""
+    yield GaugeMetricFamily(
+        "lockserver_replication_revision", "The last etcd revision applied.", value=repl["revision"]
+    )
+    yield GaugeMetricFamily(
+        "lockserver_replication_authenticated",
+        "1 when the group's log is authenticated (a group secret), 0 when anyone who can "
+        "write to its etcd can write what the replicas apply.",
+        value=int(repl["authenticated"]),
+    )
+    yield GaugeMetricFamily(
+        "lockserver_replication_halted",
+        "1 when this replica halted (an entry of a format it does not know, or secrets that "
+        "differ): it serves no request.",
+        value=int(repl["halted"] is not None),
+    )
+    yield CounterMetricFamily(
+        "lockserver_replication_rejected_entries",
+        "Log entries and registrations rejected: not sealed by the group's secret (forged, "
+        "replayed, or written with another secret).",
+        value=repl["rejected_entries"],
+    )
+    yield CounterMetricFamily(
+        "lockserver_replication_clamped_stamps",
+        "Entry stamps that would have moved the group's time past the window (a replica's "
+        "clock leapt, or time stood still while nothing could be committed).",
+        value=repl["clamped_stamps"],
+    )
+    yield CounterMetricFamily(
+        "lockserver_replication_time_jumps",
+        "Jumps of the group's time by the witness (the whole group was down).",
+        value=repl["time_jumps"],
+    )
+    yield GaugeMetricFamily(
+        "lockserver_replication_clock_ahead_seconds",
+        "This replica's estimate of the group's time minus the group's time last applied.",
+        value=repl["clock_ahead"],
+    )

@@ -2,40 +2,56 @@
 applies the log through the group's state machine, answers its own clients.
 
 ``Replica`` is the trio side of ``_group.py``; ``ReplicatedDoor`` stands where the shell's
-lock core stands in a single server, with the same calls: each call that would decide
-something becomes an op in the next proposal and returns nothing now; its answer is delivered
-when the entry that carries it has been applied (``Replica.on_outputs``, the shell's
-delivery). The shell, the request handler and the HTTP face are the single server's.
+lock core stands in a single server, with the same calls (``engine.Door``): each call that
+would decide something becomes an op in the next proposal and returns nothing now; its answer
+is delivered when the entry that carries it has been applied (``Replica.on_outputs``, the
+shell's delivery). The shell, the request handler and the HTTP face are the single server's.
 
 Theory of operation (docs/replication.md):
 
 - **Keys** under ``/lockserver/<group>/``: ``genesis`` (the group's fixed settings,
   ``_group.Genesis``), ``log`` (one key, put once per entry: the entries are its revisions,
-  in etcd's order), ``replicas/<id>`` (a replica's address, held by its etcd lease),
+  in etcd's order), ``replicas/<id>`` (a replica's registration, held by its etcd lease),
   ``snapshot`` (the latest snapshot's revision and chunk count) and ``snapshot/<revision>/<i>``
   (its chunks).
+- **The group secret** (``_groupauth``; issue 29): with one, the genesis, every registration,
+  every entry and every snapshot's description are sealed; a replica joins only a genesis its
+  keys open (and a group created without a secret only without one), applies only what opens,
+  counts and warns of the rest (once per burst, naming the revision), and never stops for it.
 - **Joining**: read or create the genesis; load the latest snapshot (or start empty at the
   genesis); register under a new id with a lease; watch the prefix from the snapshot's
   revision + 1 and apply everything in revision order; serve once the own registration has
-  been applied.
+  been applied -- unless a registered replica signs with a key this one does not hold, or
+  does not hold this one's (a rotation done out of order): then it halts instead.
 - **Proposing**: ops collect while one put is in flight, so a busy replica sends many per
   etcd write (group commit; bounded by ``batch_ops`` and by etcd's request size). A put that
   fails is retried with the same batch number (the state machine skips a batch it has
   applied) until ``commit_timeout``; then the connections whose requests it carried are
   closed with UNAVAILABLE: their effect, if the put did land, is seen after reconnecting.
-- **Time**: the group clock is this machine's wall clock (``time.time()`` read once, then
-  trio's clock), stamped on each entry; the log makes it monotone. Ticks are proposed when
-  the applied state has a deadline due (expiries, waits) and no tick of this replica is on its
-  way.
+- **Time**: a replica's estimate of the group's time is its monotonic clock (``clock``, the
+  one seam a test or the fault lab moves) plus an offset: set from the group's time when it
+  joins, raised to the group's time whenever an applied entry is ahead of it, lowered to it
+  when the estimate runs more than the window ahead (this replica's clock leapt, or time
+  stood still while nothing could be committed). No wall clock counts. Each entry is stamped
+  with the estimate; ticks are proposed when the applied state has a deadline due, and every
+  ``HEARTBEAT`` (staggered by the replica's rank) while it has any. The replica that writes
+  snapshots also anchors the **witness**: an etcd lease whose remaining TTL tells, by etcd's
+  clock, how much time passed since the group's time was at its anchor; a replica that joins
+  proposes a jump when the witness is ahead of the group's time (the whole group was down).
+- **Halting**: an authenticated entry of a format this version does not know (a newer
+  replica wrote it), or keys that cannot read a registered replica's entries, halt the
+  replica: it closes its connections, leaves the group (revokes its lease), refuses every
+  request (UNAVAILABLE) and keeps answering ``stats`` and the HTTP endpoints, which say why.
+  The way out is an upgrade, or ``--skip-revision`` given alike to every replica.
 - **Leaving**: a replica whose lease lapsed (cut off, paused, dead) has its registration key
   deleted by etcd; applying that deletion drops its connections everywhere. When a replica
   sees its own departure (or its keepalive fails) it closes every client connection and
   registers again under a new id.
-- **Snapshots**: the replica with the smallest id among the registered ones writes one every
-  ``snapshot_every`` applied entries (and at most every ``snapshot_interval`` seconds when
-  something happened), then deletes older chunks and compacts etcd to its revision. A
-  replica whose watch falls behind a compaction loads the snapshot again (its connections
-  are closed: answers in the skipped entries cannot be delivered).
+- **Snapshots**: the registered replica with the smallest id among those that proposed writes
+  one every ``snapshot_every`` applied entries (and at most every ``snapshot_interval``
+  seconds when something happened), then deletes older chunks and compacts etcd to its
+  revision. A replica whose watch falls behind a compaction loads the snapshot again (its
+  connections are closed: answers in the skipped entries cannot be delivered).
 """
 
 from __future__ import annotations
@@ -44,8 +60,7 @@ import hashlib
 import logging
 import math
 import secrets
-import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
@@ -71,30 +86,61 @@ from protocol import (
 
 from ._etcd import Compacted, Etcd, EtcdError, LeaseGone
 from ._group import (
+    CLOCK_WINDOW,
+    HEARTBEAT,
     Barrier,
     EntryFormatError,
+    EntryKeyError,
     Genesis,
     GroupState,
+    Owner,
+    SnapshotError,
     encode_entry,
     encode_ops,
     wire,
 )
+from ._groupauth import GroupKeys, Sealer, is_sealed
 from ._peer import Peer
-from .engine import CoreStatistics, Engine, LockCore, Output, SessionsListing, Visibility
+from .engine import (
+    BusyTable,
+    CoreStatistics,
+    Engine,
+    Listed,
+    Output,
+    SessionsListing,
+    Visibility,
+)
 
-__all__ = ["ReplicaHalted", "ReplicatedDoor", "Replica", "ReplicationSettings", "group_prefix"]
+__all__ = [
+    "GroupRefused",
+    "ReplicatedDoor",
+    "Replica",
+    "ReplicationSettings",
+    "group_prefix",
+]
 
 log = logging.getLogger("lockserver.replica")
 
 
-class ReplicaHalted(Exception):
-    """This replica cannot go on applying the group's log (an entry of a format it does not
-    know): it stops rather than serve from state the rest of the group no longer has. The
+class GroupRefused(Exception):
+    """This replica cannot join its group as configured (a genesis or a snapshot its keys do
+    not open, a secret the group was not created with, or none where it was). The
     ``lockserver`` command exits with status 1 and the message."""
 
 
 #: Bytes of one etcd value this side writes at most (etcd refuses requests past ~1.5 MiB).
 VALUE_LIMIT: Final = 1_000_000
+#: Seconds the witness lease lives (a group down longer comes back without it: its time
+#: does not count the outage, so sessions expire their max age after the restart).
+WITNESS_TTL: Final = 86_400
+#: Seconds of group time after which the writer anchors the witness again (etcd resets a
+#: lease's countdown when its leader changes: a fresh anchor undoes that loss).
+WITNESS_EVERY: Final = 60.0
+#: Seconds a replica waits for a new group's first snapshot (its creator writes it at once).
+FIRST_SNAPSHOT_WAIT: Final = 10.0
+#: Seconds between two warnings of one kind (rejected records, a clock re-anchored): one
+#: warning per burst, naming the first revision of it.
+WARN_EVERY: Final = 10.0
 
 
 @attrs.frozen
@@ -109,6 +155,8 @@ class ReplicationSettings:
     snapshot_every: int = 10_000
     snapshot_interval: float = 60.0
     compact: bool = True
+    #: Log revisions whose entries are skipped, as the operator told every replica.
+    skip_revisions: frozenset[int] = frozenset()
 
 
 def group_prefix(group: str) -> bytes:
@@ -121,7 +169,9 @@ class Replica:
 
     Create with :meth:`join` (async: it reads etcd); run :meth:`run` in a nursery; the shell
     sets :attr:`on_outputs` (delivers outputs to this replica's peers) and :attr:`on_reset`
-    (closes every client connection)."""
+    (closes every client connection). :attr:`clock` is the monotonic clock the replica's
+    estimate of the group's time runs on (trio's; a test moves it to make one replica's
+    clock leap)."""
 
     def __init__(
         self,
@@ -130,21 +180,34 @@ class Replica:
         address: str,
         genesis: Genesis,
         state: GroupState,
+        keys: GroupKeys | None = None,
     ) -> None:
         self.settings = settings
         self.etcd = etcd
         self.address = address
         self.genesis = genesis
         self.state = state
+        self.keys = keys
         self.prefix = group_prefix(settings.group)
         self.log_key = self.prefix + b"log"
         self.replicas_prefix = self.prefix + b"replicas/"
+        context = pack([settings.group, genesis.instance])
+        self._entries: Sealer | None = None
+        self._registrations: Sealer | None = None
+        self._snapshots: Sealer | None = None
+        if keys is not None:
+            self._entries = keys.sealer(b"entry", context)
+            self._registrations = keys.sealer(b"replica", context)
+            self._snapshots = keys.sealer(b"snapshot", context)
         self.rid = ""
+        self.clock: Callable[[], float] = trio.current_time
         self.started = trio.current_time()  # this replica's own uptime counts from here
+        # The estimate of the group's time: clock() + off (the module's "Time").
+        self.off = state.now - self.clock()
+        self._last_clock = self.clock()
+        self.clock_resets = 0
         self.lease = 0
         self.batch = 0
-        # the group clock: wall-clock seconds, read once, then trio's clock
-        self.offset = time.time() - trio.current_time()
         # this replica's connections: peer <-> number
         self._numbers: dict[Peer, int] = {}
         self._peers: dict[int, Peer] = {}
@@ -157,16 +220,19 @@ class Replica:
         self._proposed: dict[tuple[str, int], list[Any]] = {}
         self._have_ops = trio.Event()
         self.tick_pending = False
-        self._reads: dict[tuple[int, int], Callable[[], list[Output]]] = {}
+        self._heartbeat = HEARTBEAT
+        self._reads: dict[tuple[int, int], Callable[[], list[Output[Owner]]]] = {}
         self.registered = trio.Event()
+        self.ready = trio.Event()  # registered, or halted: the shell may listen
         self.registered_at = 0  # the revision of this replica's registration
         self.joined_at = 0  # the revision of the state it started from (a snapshot's, or 0)
         self.trust: Callable[[float], float] = lambda now: 1.0
-        self.on_outputs: Callable[[list[Output]], None] = lambda outs: None
+        self.on_outputs: Callable[[list[Output[Peer]]], None] = lambda outs: None
         self.on_reset: Callable[[str], None] = lambda why: None
         self.wake: Callable[[float], None] = lambda deadline: None
         self.on_replicas: Callable[[tuple[str, ...]], None] = lambda replicas: None
         self.applied_since_snapshot = 0
+        self.snapshot_revision = state.revision  # of the latest snapshot this one knows
         self.snapshots_written = 0
         self.snapshots_loaded = 0
         self.commit_failures = 0
@@ -178,22 +244,48 @@ class Replica:
         self._lease_from = math.inf
         self._withholding = False  # answers are being withheld (logged once per pause)
         self._reregister = False
+        self._keepalive_wake = trio.Event()
         self.puts = 0
         self.ops_proposed = 0
+        #: Why this replica halted (None: it did not), and at which revision.
+        self.halted: str | None = None
+        self.halted_at = 0
+        self._working: trio.CancelScope | None = None
+        self._warned: dict[str, float] = {}
+        self._jump_checked = False
+        self._witness_leases: list[int] = []
+        self._witness_asked = -math.inf
 
     # --- joining ------------------------------------------------------------------------------
 
     @classmethod
     async def join(
-        cls, settings: ReplicationSettings, etcd: Etcd, address: str, genesis: Genesis
+        cls,
+        settings: ReplicationSettings,
+        etcd: Etcd,
+        address: str,
+        genesis: Genesis,
+        keys: GroupKeys | None = None,
     ) -> Replica:
-        """Read (or create) the group's genesis and its latest state; not yet registered."""
+        """Read (or create) the group's genesis and its latest state; not yet registered.
+        GroupRefused when the genesis or the snapshot does not open with ``keys`` (or the
+        group and this replica disagree on having a secret)."""
         prefix = group_prefix(settings.group)
         key = prefix + b"genesis"
-        created, _ = await etcd.put_if_absent(key, genesis.to_bytes())
+        sealer = None if keys is None else keys.sealer(b"genesis", pack([settings.group]))
+        mine = genesis.to_bytes() if sealer is None else sealer.seal_all(genesis.to_bytes())
+        created, created_at = await etcd.put_if_absent(key, mine)
         kv = await etcd.get(key)
         assert kv is not None
-        found = Genesis.from_bytes(kv.value)
+        found = _open_genesis(kv.value, settings.group, sealer)
+        if (
+            sealer is not None
+            and keys is not None
+            and keys.signing_id not in Sealer.key_ids(kv.value)
+        ):
+            # A rotation: seal the genesis with this replica's keys as well, so a replica
+            # that will hold only the new key can read it.
+            await etcd.put_if_mod_revision(key, sealer.seal_all(found.to_bytes()), kv.mod_revision)
         if not created:
             differ = [
                 name
@@ -209,36 +301,88 @@ class Replica:
                     found.instance,
                     " and ".join(differ),
                 )
-        state, from_snapshot = await load_state(etcd, prefix, found, kv.mod_revision)
-        replica = cls(settings, etcd, address, found, state)
+        if keys is None:
+            log.warning(
+                "GROUP %r HAS NO SECRET: its log is not authenticated; anyone who can write to "
+                "its etcd can take, steal or release any lock. Set group_secret_file on every "
+                "replica of a new group (docs/security.md, 'Replication')",
+                settings.group,
+            )
+        else:
+            log.info(
+                "group %r: its log is authenticated; this replica signs with key %s%s",
+                settings.group,
+                keys.signing_id.hex(),
+                "" if len(keys.ids) == 1 else f" (and verifies {len(keys.ids) - 1} more)",
+            )
+        snapshots = (
+            None
+            if keys is None
+            else keys.sealer(b"snapshot", pack([settings.group, found.instance]))
+        )
+        if created and snapshots is not None:
+            # With a secret the group starts from a sealed snapshot of its empty state, which
+            # names the genesis's revision: the genesis key's own revisions can be moved by
+            # anyone who deletes it and puts it back; a sealed record cannot. (Without a
+            # secret anyone can rewrite the log anyway: it starts at the genesis key.)
+            empty = GroupState(found)
+            empty.revision = created_at
+            await store_snapshot(etcd, prefix, empty, snapshots)
+        try:
+            state, from_snapshot = await load_state(
+                etcd, prefix, found, kv.create_revision, snapshots
+            )
+        except SnapshotError as exc:
+            raise GroupRefused(str(exc)) from None
+        replica = cls(settings, etcd, address, found, state, keys)
         replica.joined_at = state.revision
         replica.snapshots_loaded = int(from_snapshot)
         return replica
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Register, apply the log, propose, keep the lease, write snapshots; ``started``
-        once this replica's registration has been applied (it serves from then on)."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch_loop)
-            await self._register()
-            nursery.start_soon(self._keepalive_loop)
-            nursery.start_soon(self._propose_loop)
-            nursery.start_soon(self._snapshot_loop)
-            await self.registered.wait()
+        """Register, apply the log, propose, keep the lease, write snapshots and anchor the
+        witness; ``started`` once this replica's registration has been applied (it serves
+        from then on) or it halted (it serves ``stats`` only). A halted replica leaves the
+        group and stays up until cancelled."""
+        started = False
+        with trio.CancelScope() as self._working:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_loop)
+                await self._register()
+                nursery.start_soon(self._keepalive_loop)
+                nursery.start_soon(self._propose_loop)
+                nursery.start_soon(self._snapshot_loop)
+                nursery.start_soon(self._witness_loop)
+                await self.ready.wait()
+                task_status.started()
+                started = True
+        # Only a halt cancels the work (_halt): leave the group, answer stats until stopped.
+        if not started:
             task_status.started()
+        with trio.move_on_after(5):
+            try:
+                await self.etcd.lease_revoke(self.lease)
+            except EtcdError as exc:
+                log.warning("replica %s: leaving the group failed: %s", self.rid, exc)
+        await trio.sleep_forever()
 
     async def _register(self) -> None:
         self._unregistered()
         self.rid = secrets.token_hex(6)
         self.batch = 0
+        self._jump_checked = False
         asked = trio.current_time()
         lease, _ = await self.etcd.lease_grant(self.settings.lease_ttl)
         self.lease = lease
         self._lease_from, self._withholding = asked, False
+        if self._registrations is None or self.keys is None:
+            value = self.address.encode()
+        else:
+            record = pack([self.rid, self.address, list(self.keys.ids)])
+            value = self._registrations.seal_all(record)
         _, revision = await self.etcd.put_if_absent(
-            self.replicas_prefix + self.rid.encode(), self.address.encode(), lease=lease
+            self.replicas_prefix + self.rid.encode(), value, lease=lease
         )
-        self.registered_at = revision
         log.info(
             "replica %s of group %r registered (revision %d)",
             self.rid,
@@ -249,7 +393,54 @@ class Replica:
     # --- the clock ----------------------------------------------------------------------------
 
     def group_now(self) -> float:
-        return trio.current_time() + self.offset
+        """This replica's estimate of the group's time (never ahead of real time, given a
+        monotonic clock that does not leap: the module's "Time")."""
+        return self.clock() + self.off
+
+    def to_trio(self, group_time: float) -> float:
+        """When trio's clock reaches ``group_time`` of the estimate."""
+        return trio.current_time() + (group_time - self.group_now())
+
+    def next_tick(self) -> float | None:
+        """The group time at which this replica proposes a tick: the applied state's next
+        deadline, or a heartbeat after the group's time while it has any (None: nothing has a
+        deadline)."""
+        state = self.state
+        due = state.core.next_deadline()
+        if due is None:
+            return None
+        beat = state.now + self._heartbeat
+        return due if due < beat else beat
+
+    def _anchor(self) -> None:
+        """After applying: raise the estimate to the group's time when it is behind, lower it
+        when it runs more than the window ahead (the module's "Time")."""
+        group = self.state.now
+        at = self.clock()
+        if at < self._last_clock:  # the monotonic clock went back (only a fake one does)
+            self._keepalive_wake.set()
+        self._last_clock = at
+        ahead = at + self.off - group
+        if ahead < 0:
+            self.off = group - at
+        elif ahead > CLOCK_WINDOW:
+            self.off = group - at
+            self.clock_resets += 1
+            self._warn(
+                "clock",
+                "replica %s: its estimate of the group's time ran %.3f s ahead of the group's "
+                "(its clock leapt, or nothing could be committed for that long): it follows "
+                "the group's time again",
+                self.rid,
+                ahead,
+            )
+
+    def _warn(self, kind: str, message: str, *args: Any) -> None:
+        """Log a warning of ``kind`` unless one was logged within WARN_EVERY (one per burst)."""
+        now = trio.current_time()
+        if now - self._warned.get(kind, -math.inf) >= WARN_EVERY:
+            self._warned[kind] = now
+            log.warning(message, *args)
 
     # --- connections --------------------------------------------------------------------------
 
@@ -282,7 +473,9 @@ class Replica:
             return None
         return self._proposed.pop((replica, batch), None)
 
-    def read(self, peer: Peer, request_id: int, answer: Callable[[Hashable], list[Output]]) -> None:
+    def read(
+        self, peer: Peer, request_id: int, answer: Callable[[Owner], list[Output[Owner]]]
+    ) -> None:
         """Answer a read once everything proposed before it has been applied: ``answer`` is
         called with the connection's name in the group then."""
         n = self.number(peer)
@@ -320,8 +513,16 @@ class Replica:
             self._proposed.clear()
         self._proposed[self.rid, self.batch] = requests
         data = encode_entry(
-            self.rid, self.batch, self.group_now(), self.trust(trio.current_time()), packed
+            self.rid,
+            self.batch,
+            self.group_now(),
+            self.trust(trio.current_time()),
+            packed,
+            registration=self.registered_at,
+            base=self.state.revision,
         )
+        if self._entries is not None:
+            data = self._entries.seal(data)
         delay = 0.05
         with trio.move_on_after(self.settings.commit_timeout):
             while True:
@@ -341,8 +542,8 @@ class Replica:
             "replica (a request of this connection may have committed: see it there)"
         )
         for op in ops:
-            if op[0] == "t":
-                self.tick_pending = False
+            if op[0] in ("t", "k", "j"):
+                self.tick_pending = self.tick_pending and op[0] != "t"
                 continue
             peer = self._peers.get(int(op[1]))
             if peer is not None:
@@ -368,10 +569,24 @@ class Replica:
                     self.state.revision,
                     exc.compact_revision,
                 )
-                self.state, _ = await load_state(
-                    self.etcd, self.prefix, self.genesis, self.state.revision
-                )
+                try:
+                    self.state, from_snapshot = await load_state(
+                        self.etcd, self.prefix, self.genesis, self.state.revision, self._snapshots
+                    )
+                except SnapshotError as error:
+                    self._halt(str(error), self.state.revision)
+                    return
+                if not from_snapshot:
+                    self._halt(
+                        f"etcd's history was compacted past revision {self.state.revision} "
+                        "before the group had a snapshot (another group or application "
+                        "compacting the same etcd?): this replica cannot rebuild the group's "
+                        "state",
+                        exc.compact_revision,
+                    )
+                    return
                 self.snapshots_loaded += 1
+                self.snapshot_revision = self.state.revision
                 self._reset("the replica reloaded the group's state from a snapshot")
                 continue
             except EtcdError as exc:
@@ -381,58 +596,144 @@ class Replica:
 
     def _apply(self, events: list[Any]) -> None:
         state = self.state
-        outs: list[Output] = []
+        outs: list[Output[Owner]] = []
         log_key = self.log_key
         replicas = self.replicas_prefix
+        rejected = state.rejected
         for ev in events:
             try:
                 outs += self._apply_event(ev, log_key, replicas)
-            except EntryFormatError as exc:
-                # The replicas that know the format apply it: skipping it would diverge.
-                # Its clients are told at once and fail over; nothing of the entry applied.
+            except (EntryFormatError, EntryKeyError) as exc:
+                # The replicas that know the format (hold the key) apply it: skipping it would
+                # diverge. Nothing of the entry applied; its clients are told and fail over.
                 self.apply_errors += 1
-                why = f"replica {self.rid} stopped at revision {ev.mod_revision}: {exc}"
-                log.critical("%s", why)
-                self._reset(why)
-                raise ReplicaHalted(why) from exc
+                self._halt(str(exc), ev.mod_revision)
             except Exception:  # a bug: every replica meets it alike (the log is the same)
                 self.apply_errors += 1
                 log.exception(
                     "replica %s: applying revision %d failed; skipped", self.rid, ev.mod_revision
                 )
                 state.revision = max(state.revision, ev.mod_revision)
+            if state.rejected > rejected:
+                rejected = state.rejected
+                self._warn(
+                    "rejected",
+                    "replica %s: rejected what was put at revision %d (key %r): it is not "
+                    "sealed by the group's secret -- forged, replayed, or written by a "
+                    "replica given another secret; %d rejected so far (docs/security.md)",
+                    self.rid,
+                    ev.mod_revision,
+                    ev.key.decode(errors="replace"),
+                    rejected,
+                )
+            if self.halted is not None:
+                return
+        self._anchor()
         try:
             self._deliver(outs)
         except Exception:
             self.apply_errors += 1
             log.exception("replica %s: delivering answers failed", self.rid)
         self.tick_pending = False  # time moved with what was applied: a new tick if due
-        due = state.core.next_deadline()
+        due = self.next_tick()
         if due is not None:
-            self.wake(due - self.offset)
+            self.wake(self.to_trio(due))
 
-    def _apply_event(self, ev: Any, log_key: bytes, replicas: bytes) -> list[Output]:
+    def _apply_event(self, ev: Any, log_key: bytes, replicas: bytes) -> list[Output[Owner]]:
         state = self.state
-        outs: list[Output] = []
+        outs: list[Output[Owner]] = []
         key = ev.key
+        revision = ev.mod_revision
         if key == log_key:
             if ev.kind == "put":
-                outs += state.apply_entry(ev.value, ev.mod_revision, self._held)
+                if revision in self.settings.skip_revisions:
+                    log.warning(
+                        "replica %s: skipping the log entry at revision %d, as told "
+                        "(--skip-revision): nothing of it is applied",
+                        self.rid,
+                        revision,
+                    )
+                    return state.apply_skipped(revision)
+                outs += state.apply_entry(ev.value, revision, self._held, self._entries)
                 self.applied_since_snapshot += 1
+            else:
+                state.revision = max(state.revision, revision)
         elif key.startswith(replicas):
             rid = key[len(replicas) :].decode()
             if ev.kind == "put":
-                outs += state.apply_registered(rid, ev.value.decode(), ev.mod_revision)
-                if rid == self.rid:
-                    self.registered.set()
+                outs += state.apply_registered(rid, ev.value, revision, self._registrations)
+                if rid and rid == self.rid:  # fresh random: only this replica puts it first
+                    self._registered(revision)
+                elif self.keys is not None:
+                    held = state.keysets.get(rid)
+                    if held and held[0] not in self.keys.ids:
+                        log.warning(
+                            "replica %s: replica %s signs with key %s, which this replica does "
+                            "not hold: it halts itself (a rotation out of order: "
+                            "docs/replication.md)",
+                            self.rid,
+                            rid,
+                            held[0].hex(),
+                        )
             else:
-                outs += state.apply_departed(rid, ev.mod_revision)
-                if rid == self.rid:
+                outs += state.apply_departed(rid, revision)
+                if rid and rid == self.rid:
                     self._departed()
-            self.on_replicas(tuple(dict.fromkeys(state.replicas.values())))
+            self._replicas_changed()
         else:
-            state.revision = max(state.revision, ev.mod_revision)
+            state.revision = max(state.revision, revision)
         return outs
+
+    def _registered(self, revision: int) -> None:
+        """This replica's registration was applied (at ``revision``, which its entries name;
+        the watch may apply it before the put returns): it serves from now on, unless its keys
+        and a registered replica's cannot read each other's entries."""
+        state = self.state
+        if state.registrations.get(self.rid) != revision:
+            if self.registered.is_set():
+                return  # its key put again (by someone else): nothing of it is this replica's
+            self._halt(
+                "its own registration was rejected: the group's replicas cannot open it",
+                revision,
+            )
+            return
+        self.registered_at = revision
+        if self.keys is not None:
+            conflict = state.key_conflict(self.rid, self.keys.ids)
+            if conflict is not None:
+                self._halt(
+                    f"{conflict}: the group's secrets differ (a rotation done out of order: "
+                    "every replica must hold the new secret before one signs with it; "
+                    "docs/replication.md, 'Rotating the group secret')",
+                    self.registered_at,
+                )
+                return
+        self.registered.set()
+        self.ready.set()
+
+    def _replicas_changed(self) -> None:
+        replicas = self.state.replicas
+        rank = sorted(replicas).index(self.rid) if self.rid in replicas else 0
+        self._heartbeat = HEARTBEAT * (1 + 0.25 * min(rank, 4))
+        self.on_replicas(tuple(dict.fromkeys(replicas.values())))
+
+    def _halt(self, why: str, revision: int) -> None:
+        """Stop applying and serving (the module's "Halting")."""
+        if self.halted is not None:
+            return
+        self.halted = f"replica {self.rid} halted at revision {revision}: {why}"
+        self.halted_at = revision
+        log.critical(
+            "%s. It serves no request until it is restarted: upgrade it, or give every "
+            "replica --skip-revision %d (docs/replication.md, 'Halted replicas')",
+            self.halted,
+            revision,
+        )
+        self._reset(self.halted)
+        self._unregistered()
+        self.ready.set()
+        if self._working is not None:
+            self._working.cancel()
 
     def lease_may_have_lapsed(self, now: float) -> bool:
         """True when no keepalive asked within the lease TTL before ``now`` has succeeded:
@@ -441,7 +742,7 @@ class Replica:
         replica has not applied yet."""
         return now - self._lease_from > self.settings.lease_ttl
 
-    def _deliver(self, outs: list[Output]) -> None:
+    def _deliver(self, outs: list[Output[Owner]]) -> None:
         """Hand the outputs addressed to this replica's connections to the shell (their
         peers in place of their names); a read barrier of this replica runs its read now
         and its answer goes out in the same order.
@@ -450,7 +751,7 @@ class Replica:
         backlog after a pause (a grant at an old revision) can be one the group has undone
         since (the session expired, the lock went to another). The connections are closed
         instead (UNAVAILABLE), and their clients carry on through a replica in the group."""
-        mine: list[Output] = []
+        mine: list[Output[Peer]] = []
         rid = self.rid
         peers = self._peers
         queue = list(outs)
@@ -458,17 +759,16 @@ class Replica:
         while i < len(queue):
             (owner, request_id), payload = queue[i]
             i += 1
-            o: Any = owner
-            if o[0] != rid:
+            if owner[0] != rid:
                 continue
-            kind: Any = type(payload)  # a Barrier is the group's own output, not the door's
-            if kind is Barrier:
+            produced: object = payload
+            if type(produced) is Barrier:  # the group's own output, not the door's
                 assert request_id is not None
-                answer = self._reads.pop((o[1], request_id), None)
+                answer = self._reads.pop((owner[1], request_id), None)
                 if answer is not None:
                     queue[i:i] = answer()
                 continue
-            peer = peers.get(o[1])
+            peer = peers.get(owner[1])
             if peer is None:  # closed meanwhile: its "gone" is on its way
                 continue
             if type(payload) is SessionsListing:
@@ -493,13 +793,15 @@ class Replica:
         """A sessions page with each session's owners as this replica's connections (the
         connections of other replicas are theirs to name)."""
         rid, peers = self.rid, self._peers
-        return SessionsListing(
-            listing.page,
-            tuple(
-                tuple(peers[p[1]] for p in owners if p[0] == rid and p[1] in peers)  # type: ignore[index]
-                for owners in listing.owners
-            ),
-        )
+        named: list[tuple[Peer, ...]] = []
+        for owners in listing.owners:
+            mine = []
+            for owner in owners:
+                name: Owner = owner  # type: ignore[assignment]  # the group's owners
+                if name[0] == rid and name[1] in peers:
+                    mine.append(peers[name[1]])
+            named.append(tuple(mine))
+        return SessionsListing(listing.page, tuple(named))
 
     def _departed(self) -> None:
         """This replica's registration is gone (its lease lapsed): every connection of it was
@@ -507,7 +809,9 @@ class Replica:
         log.warning("replica %s: its registration lapsed; closing its connections", self.rid)
         self._reset("this replica lost its place in the group (its etcd lease lapsed)")
         self._unregistered()
+        self.rid = ""  # nothing of the log is this replica's until it registered again
         self._reregister = True
+        self._keepalive_wake.set()
 
     def _reset(self, why: str) -> None:
         self.resets += 1
@@ -524,7 +828,11 @@ class Replica:
     async def _keepalive_loop(self) -> None:
         self._reregister = False
         while True:
-            await trio.sleep(self.settings.lease_ttl / 3)
+            # Woken early by a departure, or by a clock that went back (a sleep would last
+            # as long as it went back).
+            with trio.move_on_after(self.settings.lease_ttl / 3):
+                await self._keepalive_wake.wait()
+            self._keepalive_wake = trio.Event()
             if not self._reregister:
                 try:
                     asked = trio.current_time()
@@ -549,19 +857,26 @@ class Replica:
     # --- snapshots ----------------------------------------------------------------------------
 
     def snapshot_writer(self) -> bool:
-        """Whether this replica writes the group's snapshots: the registered replica with the
-        smallest id (every replica agrees, from the applied state)."""
-        replicas = self.state.replicas
-        return bool(replicas) and min(replicas) == self.rid
+        """Whether this replica writes the group's snapshots and anchors the witness
+        (``GroupState.writer``: every replica agrees, from the applied state)."""
+        return bool(self.rid) and self.state.writer() == self.rid
 
     async def _snapshot_loop(self) -> None:
         settings = self.settings
         last = trio.current_time()
         while True:
             await trio.sleep(1.0)
-            due = self.applied_since_snapshot >= settings.snapshot_every or (
-                self.applied_since_snapshot > 0
-                and trio.current_time() - last >= settings.snapshot_interval
+            due = (
+                self.applied_since_snapshot >= settings.snapshot_every
+                or (
+                    self.applied_since_snapshot > 0
+                    and trio.current_time() - last >= settings.snapshot_interval
+                )
+                # after a rotation's second step: a snapshot past the last entry sealed with
+                # the retired key, so a replica holding only the new one can replay the log
+                or any(
+                    rev > self.snapshot_revision for rev in self.state.retired_signers().values()
+                )
             )
             if not due or not self.snapshot_writer():
                 continue
@@ -575,26 +890,9 @@ class Replica:
         """Write the applied state as the group's snapshot; delete older chunks; compact etcd
         to its revision. Returns the revision."""
         revision = self.state.revision
-        data = self.state.snapshot()
         self.applied_since_snapshot = 0
-        chunks = [data[i : i + VALUE_LIMIT] for i in range(0, len(data), VALUE_LIMIT)] or [b""]
-        base = self.prefix + b"snapshot/%020d/" % revision
-        for i, chunk in enumerate(chunks):
-            await self.etcd.put(base + b"%06d" % i, chunk)
-        meta = pack(
-            {
-                "revision": revision,
-                "chunks": len(chunks),
-                "size": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-            }
-        )
-        old = await self.etcd.get(self.prefix + b"snapshot")
-        await self.etcd.put(self.prefix + b"snapshot", meta)
-        if old is not None:
-            previous = int(unpack(old.value)["revision"])
-            if previous < revision:
-                await self.etcd.delete_prefix(self.prefix + b"snapshot/%020d/" % previous)
+        size, chunks = await store_snapshot(self.etcd, self.prefix, self.state, self._snapshots)
+        self.snapshot_revision = revision
         self.snapshots_written += 1
         if self.settings.compact:
             try:
@@ -605,19 +903,75 @@ class Replica:
             "replica %s: snapshot at revision %d (%d bytes, %d chunks)",
             self.rid,
             revision,
-            len(data),
-            len(chunks),
+            size,
+            chunks,
         )
         return revision
 
+    # --- the witness --------------------------------------------------------------------------
+
+    async def _witness_loop(self) -> None:
+        while True:
+            if self.registered.is_set():
+                try:
+                    if not self._jump_checked:
+                        self._jump_checked = True
+                        await self._check_jump()
+                    if self.snapshot_writer():
+                        await self._anchor_witness()
+                except EtcdError as exc:
+                    log.warning("replica %s: the witness lease: %s", self.rid, exc)
+            await trio.sleep(1.0)
+
+    async def _check_jump(self) -> None:
+        """Once registered: when etcd's count since the witness's anchor is ahead of the
+        group's time by more than the window (the whole group was down), propose a jump."""
+        state = self.state
+        witness = state.witness
+        if witness is None:
+            return
+        remaining, granted = await self.etcd.lease_time_to_live(witness[0])
+        target = state.witness_time(remaining, granted)
+        if target is None or target <= state.now + CLOCK_WINDOW:
+            return
+        log.warning(
+            "replica %s: the group's time is %.1f s behind etcd's count since its witness "
+            "(the whole group was down): it moves forward",
+            self.rid,
+            target - state.now,
+        )
+        self.propose(["j", target])
+
+    async def _anchor_witness(self) -> None:
+        """The writer's: anchor a new witness when there is none (or it was voided by a
+        clamp) or it is older than WITNESS_EVERY; revoke this replica's older ones."""
+        state = self.state
+        witness = state.witness
+        current = None if witness is None else witness[0]
+        for lease in list(self._witness_leases[:-1]):  # the newest may not be applied yet
+            if lease != current:
+                self._witness_leases.remove(lease)
+                await self.etcd.lease_revoke(lease)
+        if witness is not None and state.now - witness[2] < WITNESS_EVERY:
+            return
+        now = trio.current_time()
+        if now - self._witness_asked < 10.0:  # one in flight (its entry not applied yet)
+            return
+        self._witness_asked = now
+        claim = state.now  # the group's time when asked: at most real time at the grant
+        lease, ttl = await self.etcd.lease_grant(WITNESS_TTL)
+        self._witness_leases.append(lease)
+        self.propose(["k", lease, ttl, claim])
+
     def statistics(self) -> dict[str, Any]:
+        state = self.state
         return {
             "group": self.settings.group,
             "replica": self.rid,
-            "replicas": dict(self.state.replicas),
-            "revision": self.state.revision,
-            "entries_applied": self.state.entries,
-            "entries_skipped": self.state.skipped,
+            "replicas": dict(state.replicas),
+            "revision": state.revision,
+            "entries_applied": state.entries,
+            "entries_skipped": state.skipped,
             "puts": self.puts,
             "ops_proposed": self.ops_proposed,
             "commit_failures": self.commit_failures,
@@ -626,26 +980,129 @@ class Replica:
             "resets": self.resets,
             "late_deliveries_refused": self.late_deliveries_refused,
             "apply_errors": self.apply_errors,
+            "authenticated": self.keys is not None,
+            "keys": [] if self.keys is None else [k.hex() for k in self.keys.ids],
+            "rejected_entries": state.rejected,
+            "halted": (
+                None if self.halted is None else {"revision": self.halted_at, "reason": self.halted}
+            ),
+            "skipped_revisions": state.skipped_revisions,
+            "group_time": state.now,
+            "clamped_stamps": state.clamped,
+            "clock_ahead": round(self.group_now() - state.now, 6),
+            "clock_resets": self.clock_resets,
+            "time_jumps": state.jumps,
+            "time_jumped": state.jumped,
+            "witness": state.witness is not None,
+            "signers": {kid.hex(): revision for kid, revision in state.signers.items()},
+            "snapshot_revision": self.snapshot_revision,
         }
 
 
+def _open_genesis(value: bytes, group: str, sealer: Sealer | None) -> Genesis:
+    """The genesis in ``value``: GroupRefused when it is sealed and this replica has no
+    secret, unsealed and it has one, or sealed with none of its keys."""
+    if sealer is None:
+        if is_sealed(value):
+            raise GroupRefused(
+                f"group {group!r} was created with a group secret: its log is authenticated; "
+                "give this replica the group's secret (group_secret_file)"
+            )
+        return Genesis.from_bytes(value)
+    if not is_sealed(value):
+        raise GroupRefused(
+            f"group {group!r} was created without a group secret (its log is not "
+            "authenticated), so this replica, given one, does not join it: a group's secret "
+            "is fixed when it is created (docs/replication.md, 'The group secret')"
+        )
+    body = sealer.open(value)
+    if body is None:
+        named = ", ".join(k.hex() for k in Sealer.key_ids(value)) or "none"
+        raise GroupRefused(
+            f"group {group!r}: its genesis is not sealed by any key this replica holds (it "
+            f"names key {named}): a wrong group_secret_file, or a forged genesis"
+        )
+    return Genesis.from_bytes(body)
+
+
+async def store_snapshot(
+    etcd: Etcd, prefix: bytes, state: GroupState, sealer: Sealer | None
+) -> tuple[int, int]:
+    """Write ``state`` as the group's snapshot (its chunks, then its description, sealed with
+    ``sealer`` when given) and delete the previous one's chunks; (bytes, chunks)."""
+    revision = state.revision
+    data = state.snapshot()
+    chunks = [data[i : i + VALUE_LIMIT] for i in range(0, len(data), VALUE_LIMIT)] or [b""]
+    base = prefix + b"snapshot/%020d/" % revision
+    for i, chunk in enumerate(chunks):
+        await etcd.put(base + b"%06d" % i, chunk)
+    meta = pack(
+        {
+            "revision": revision,
+            "chunks": len(chunks),
+            "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+    )
+    if sealer is not None:
+        meta = sealer.seal_all(meta)
+    old = await etcd.get(prefix + b"snapshot")
+    await etcd.put(prefix + b"snapshot", meta)
+    if old is not None:
+        previous = _snapshot_revision(old.value, sealer)
+        if previous is not None and previous < revision:
+            await etcd.delete_prefix(prefix + b"snapshot/%020d/" % previous)
+    return len(data), len(chunks)
+
+
+def _snapshot_revision(value: bytes, sealer: Sealer | None) -> int | None:
+    """The revision a snapshot description names (None when it does not open)."""
+    body = value if sealer is None else sealer.open(value)
+    return None if body is None else int(unpack(body)["revision"])
+
+
 async def load_state(
-    etcd: Etcd, prefix: bytes, genesis: Genesis, at_least: int
+    etcd: Etcd, prefix: bytes, genesis: Genesis, at_least: int, sealer: Sealer | None = None
 ) -> tuple[GroupState, bool]:
     """The group's latest snapshot (True), or a fresh state at the genesis (revision
-    ``at_least``; False)."""
+    ``at_least``; False). With ``sealer`` the snapshot's description must open with it;
+    SnapshotError when it does not, or the chunks do not match it."""
     meta_kv = await etcd.get(prefix + b"snapshot")
+    waited = 0.0
+    while meta_kv is None and sealer is not None and waited < FIRST_SNAPSHOT_WAIT:
+        # A group with a secret has one from its creation: its creator is writing it.
+        await trio.sleep(0.2)
+        waited += 0.2
+        meta_kv = await etcd.get(prefix + b"snapshot")
     if meta_kv is None:
+        if sealer is not None:
+            raise SnapshotError(
+                "the group's genesis exists but its snapshot does not: deleted by someone, or "
+                "its creator stopped before writing the first one (then no replica ever "
+                "joined: delete the genesis key to create the group anew)"
+            )
         state = GroupState(genesis)
         state.revision = at_least
         return state, False
-    meta = unpack(meta_kv.value)
+    body = meta_kv.value if sealer is None else sealer.open(meta_kv.value)
+    if body is None:
+        raise SnapshotError(
+            f"the group's snapshot (put at revision {meta_kv.mod_revision}) is not sealed by "
+            "the group's secret: forged, or written by a replica given another secret"
+        )
+    if sealer is not None and sealer.signing_id not in Sealer.key_ids(meta_kv.value):
+        # A rotation: seal its description with this replica's keys as well, so a replica
+        # that will hold only the new key can read it (as the genesis).
+        await etcd.put_if_mod_revision(
+            prefix + b"snapshot", sealer.seal_all(body), meta_kv.mod_revision
+        )
+    meta = unpack(body)
     revision = int(meta["revision"])
     base = prefix + b"snapshot/%020d/" % revision
     kvs, _ = await etcd.get_prefix(base)
     data = b"".join(kv.value for kv in kvs)
     if len(kvs) != int(meta["chunks"]) or hashlib.sha256(data).hexdigest() != meta["sha256"]:
-        raise EtcdError(f"snapshot at revision {revision} is incomplete or corrupt")
+        raise SnapshotError(f"snapshot at revision {revision} is incomplete or corrupt")
     state = GroupState.restore(data)
     log.info("loaded the group's snapshot at revision %d (%d bytes)", revision, len(data))
     return state, True
@@ -653,7 +1110,7 @@ async def load_state(
 
 def _fit(ops: list[list[Any]]) -> list[tuple[list[list[Any]], bytes]]:
     """Split ``ops`` into runs whose entry fits an etcd value, each with its encoded ops
-    (an entry's header adds less than 100 bytes to them; VALUE_LIMIT leaves far more)."""
+    (an entry's header adds less than 200 bytes to them; VALUE_LIMIT leaves far more)."""
     packed = encode_ops(ops)
     if len(ops) <= 1 or len(packed) <= VALUE_LIMIT:
         return [(ops, packed)]
@@ -662,24 +1119,33 @@ def _fit(ops: list[list[Any]]) -> list[tuple[list[list[Any]], bytes]]:
 
 
 class ReplicatedDoor:
-    """The lock core's calls, for the shell of a replica: requests become ops of the next
-    proposal (nothing is returned now: answers come when their entry is applied); reads of
-    the state (statistics, uptime, deadlines) read the applied state."""
+    """The lock core's calls (``engine.Door[Peer]``), for the shell of a replica: requests
+    become ops of the next proposal (nothing is returned now: answers come when their entry
+    is applied); reads of the state (statistics, uptime, deadlines, the HTTP listings) read
+    the applied state and change nothing. A halted replica refuses every request: the
+    connection is closed with UNAVAILABLE, naming why."""
 
     def __init__(self, replica: Replica) -> None:
         self.replica = replica
 
     @property
-    def core(self) -> LockCore:
-        return self.replica.state.core
-
-    @property
     def engine(self) -> Engine:
         return self.replica.state.core.engine
 
+    def _refused(self, owner: Peer) -> bool:
+        """True (and the connection stopped) when this replica has halted."""
+        why = self.replica.halted
+        if why is None:
+            return False
+        owner.stop(
+            ErrorCode.UNAVAILABLE,
+            f"{why}; it serves no request: reconnect to another replica of the group",
+        )
+        return True
+
     def execute(
         self,
-        owner: Hashable,
+        owner: Peer,
         request_id: int,
         session: SessionSpec,
         tx: Transaction,
@@ -687,8 +1153,10 @@ class ReplicatedDoor:
         now: float,
         trust: float,
         principal: str,
-    ) -> list[Output]:
+    ) -> list[Output[Peer]]:
         r = self.replica
+        if self._refused(owner):
+            return []
         if tx.min_uptime:
             # The uptime gate is this replica's own (docs/replication.md): a replica that
             # (re)started refuses a contract its process uptime does not meet, as a server
@@ -708,14 +1176,14 @@ class ReplicatedDoor:
                     None,
                 )
                 return [((owner, request_id), refusal)]
-        n = r.number(owner)  # type: ignore[arg-type]
+        n = r.number(owner)
         request = Execute(request_id, session, tx, wait)
         r.propose(["x", n, principal, wire(request)], request)
         return []
 
     def end_session(
         self,
-        owner: Hashable,
+        owner: Peer,
         request_id: int,
         session_id: str,
         *,
@@ -723,15 +1191,17 @@ class ReplicatedDoor:
         trust: float,
         principal: str,
         admin: bool = False,
-    ) -> list[Output]:
+    ) -> list[Output[Peer]]:
         r = self.replica
-        n = r.number(owner)  # type: ignore[arg-type]
+        if self._refused(owner):
+            return []
+        n = r.number(owner)
         r.propose(["e", n, principal, admin, wire(EndSession(request_id, session_id))])
         return []
 
     def release(
         self,
-        owner: Hashable,
+        owner: Peer,
         request_id: int,
         namespace: str,
         table: str,
@@ -740,16 +1210,18 @@ class ReplicatedDoor:
         *,
         now: float,
         trust: float,
-    ) -> list[Output]:
+    ) -> list[Output[Peer]]:
         r = self.replica
-        n = r.number(owner)  # type: ignore[arg-type]
+        if self._refused(owner):
+            return []
+        n = r.number(owner)
         msg = ForceRelease(request_id, namespace, table, var, session_id)
         r.propose(["r", n, wire(msg)])
         return []
 
     def listing(
         self,
-        owner: Hashable,
+        owner: Peer,
         request_id: int,
         kind: str,
         query: ListQuery,
@@ -757,82 +1229,91 @@ class ReplicatedDoor:
         now: float,
         trust: float,
         visible: Visibility | None = None,
-    ) -> list[Output]:
+    ) -> list[Output[Peer]]:
         r = self.replica
-
-        def answer(name: Hashable) -> list[Output]:
-            return r.state.core.listing(
-                name,
-                request_id,
-                kind,
-                query,
-                now=r.state.now,
-                trust=r.state.trust,
-                visible=visible,
-            )
-
-        if isinstance(owner, Peer):
-            r.read(owner, request_id, answer)
+        if self._refused(owner):
             return []
-        # The HTTP face (not a connection of the protocol): the applied state, as of now.
-        outs = answer(owner)
-        return [
-            (address, r.local_owners(p) if type(p) is SessionsListing else p) for address, p in outs
-        ]
 
-    def busiest_tables(self, n: int, *, visible: Visibility | None = None) -> Any:
-        return self.core.busiest_tables(n, visible=visible)
+        def answer(name: Owner) -> list[Output[Owner]]:
+            return [((name, request_id), r.state.core.read_listing(kind, query, visible=visible))]
+
+        r.read(owner, request_id, answer)
+        return []
+
+    def read_listing(
+        self, kind: str, query: ListQuery, *, visible: Visibility | None = None
+    ) -> Listed:
+        # The HTTP face: the applied state, as it stands.
+        r = self.replica
+        page = r.state.core.read_listing(kind, query, visible=visible)
+        return r.local_owners(page) if type(page) is SessionsListing else page
+
+    def busiest_tables(
+        self, n: int, *, visible: Visibility | None = None
+    ) -> tuple[list[BusyTable], int]:
+        return self.replica.state.core.busiest_tables(n, visible=visible)
 
     def subscribe(
-        self, owner: Hashable, request_id: int, namespace: str, table: str | None
-    ) -> list[Output]:
+        self, owner: Peer, request_id: int, namespace: str, table: str | None
+    ) -> list[Output[Peer]]:
         r = self.replica
-        n = r.number(owner)  # type: ignore[arg-type]
+        if self._refused(owner):
+            return []
+        n = r.number(owner)
         r.propose(["s", n, wire(Subscribe(request_id, namespace, table))])
         return []
 
-    def unsubscribe(self, owner: Hashable, request_id: int, target: int) -> list[Output]:
+    def unsubscribe(self, owner: Peer, request_id: int, target: int) -> list[Output[Peer]]:
         r = self.replica
-        n = r.number(owner)  # type: ignore[arg-type]
+        if self._refused(owner):
+            return []
+        n = r.number(owner)
         r.propose(["u", n, wire(Unsubscribe(request_id, target))])
         return []
 
     def cancel(
-        self, owner: Hashable, request_id: int, target: int, *, now: float, trust: float
-    ) -> list[Output]:
+        self, owner: Peer, request_id: int, target: int, *, now: float, trust: float
+    ) -> list[Output[Peer]]:
         r = self.replica
-        n = r.number(owner)  # type: ignore[arg-type]
+        if self._refused(owner):
+            return []
+        n = r.number(owner)
         r.propose(["c", n, wire(Cancel(request_id, target))])
         return []
 
-    def owner_gone(self, owner: Hashable, *, now: float, trust: float) -> list[Output]:
-        n = self.replica.forget(owner)  # type: ignore[arg-type]
-        if n is not None:
-            self.replica.propose(["g", n])
+    def owner_gone(self, owner: Peer, *, now: float, trust: float) -> list[Output[Peer]]:
+        r = self.replica
+        n = r.forget(owner)
+        if n is not None and r.halted is None:
+            r.propose(["g", n])
         return []
 
-    def advance(self, now: float, *, trust: float) -> list[Output]:
+    def advance(self, now: float, *, trust: float) -> list[Output[Peer]]:
         r = self.replica
-        due = r.state.core.next_deadline()
-        if due is not None and due <= now + r.offset and not r.tick_pending and r.rid:
+        if r.tick_pending or r.halted is not None or not r.registered.is_set():
+            return []
+        due = r.next_tick()
+        if due is not None and due <= r.group_now():
             r.tick_pending = True
             r.propose(["t"])
         return []
 
     def next_deadline(self) -> float | None:
         r = self.replica
-        if r.tick_pending:
+        if r.tick_pending or r.halted is not None:
             return None
-        due = r.state.core.next_deadline()
-        return None if due is None else due - r.offset
+        due = r.next_tick()
+        return None if due is None else r.to_trio(due)
 
     def uptime(self, now: float) -> float:
         r = self.replica
-        return r.state.core.uptime(max(r.state.now, now + r.offset))
+        return r.state.core.uptime(max(r.state.now, r.group_now()))
 
-    def statistics(self, now: float, *, trust: float) -> tuple[CoreStatistics, list[Output]]:
-        # As of the applied time: taking the counts changes nothing (every replica's state
-        # stays what the log made it).
-        state = self.replica.state
-        stats, _ = state.core.statistics(state.now, trust=state.trust)
-        return stats, []
+    def session_principal(self, session_id: str) -> str | None:
+        return self.replica.state.core.session_principal(session_id)
+
+    def statistics(self, now: float, *, trust: float) -> tuple[CoreStatistics, list[Output[Peer]]]:
+        # The applied state as it stands (a read: every replica's state stays what the log
+        # made it), its uptime as the estimate of the group's time.
+        r = self.replica
+        return r.state.core.peek_statistics(max(r.state.now, r.group_now())), []

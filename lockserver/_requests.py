@@ -51,8 +51,8 @@ Prior art: h11/wsproto's sans-I/O split (the protocol package).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from collections.abc import Callable
+from typing import Any, Final
 
 import attrs
 import trio
@@ -94,13 +94,7 @@ from ._auth import Authenticator, Principal
 from ._config import ServerConfig
 from ._peer import Peer
 from ._trust import TrustMonitor
-from .engine import EngineError, LockCore, Output, SessionsListing
-
-if TYPE_CHECKING:
-    from ._replica import ReplicatedDoor
-
-#: The door the handler calls: a single server's lock core, or a replica's stand-in.
-Door: TypeAlias = "LockCore | ReplicatedDoor"
+from .engine import Door, EngineError, Listed, Output, SessionsListing
 
 __all__ = ["FEED_BUFFER", "Alarm", "RequestHandler", "sessions_page"]
 
@@ -147,7 +141,7 @@ class RequestHandler:
     def __init__(
         self,
         config: ServerConfig,
-        core: Door,
+        core: Door[Peer],
         trust: TrustMonitor,
         auth: Authenticator | None,
         welcome: Welcome,
@@ -368,39 +362,45 @@ class RequestHandler:
         return True
 
     def _listing(self, c: Peer, msg: Any, now: float) -> None:
-        self.deliver(
-            self.listing(c, msg.request_id, _LISTINGS[type(msg)], msg.query, c.principal, now), c
-        )
-
-    def listing(
-        self,
-        owner: Hashable,
-        rid: int,
-        kind: str,
-        query: ListQuery,
-        principal: Principal,
-        now: float,
-    ) -> list[Output]:
-        """A listing page for ``owner`` (a connection, or the HTTP face's stand-in) asking as
-        ``principal``: the door's outputs, the answer addressed to ``(owner, rid)`` (a page,
-        a :class:`SessionsListing`, or an ``EngineError``: FORBIDDEN when, with tokens, the
-        query names a namespace ``principal`` may not use; a bad cursor). Every listing,
-        protocol or HTTP, is checked and served here."""
-        namespace = query.namespace
-        if self.auth is not None and namespace is not None and not principal.allows(namespace):
-            refusal = EngineError(
-                ErrorCode.FORBIDDEN,
-                f"{kind}: token {principal.name!r} may not use namespace {namespace!r}",
-            )
-            return [((owner, rid), refusal)]
-        return self.core.listing(
-            owner,
+        rid = msg.request_id
+        kind = _LISTINGS[type(msg)]
+        query: ListQuery = msg.query
+        refusal = self._listing_refusal(kind, query, c.principal)
+        if refusal is not None:
+            self.deliver([((c, rid), refusal)], c)
+            return
+        outs = self.core.listing(
+            c,
             rid,
             kind,
             query,
             now=now,
             trust=self.trust.trust(now),
-            visible=self.visible(principal),
+            visible=self.visible(c.principal),
+        )
+        self.deliver(outs, c)
+
+    def read_listing(self, kind: str, query: ListQuery, principal: Principal) -> Listed:
+        """A listing page for the HTTP face asking as ``principal``, read from the state as
+        it stands (the door's read that changes nothing): a page, a :class:`SessionsListing`,
+        or an ``EngineError`` (FORBIDDEN when, with tokens, the query names a namespace
+        ``principal`` may not use; a bad cursor). Protocol and HTTP listings are checked by
+        the same rule (``_listing_refusal``) and read by the same door code."""
+        refusal = self._listing_refusal(kind, query, principal)
+        if refusal is not None:
+            return refusal
+        return self.core.read_listing(kind, query, visible=self.visible(principal))
+
+    def _listing_refusal(
+        self, kind: str, query: ListQuery, principal: Principal
+    ) -> EngineError | None:
+        """FORBIDDEN when, with tokens, ``query`` names a namespace ``principal`` may not use."""
+        namespace = query.namespace
+        if self.auth is None or namespace is None or principal.allows(namespace):
+            return None
+        return EngineError(
+            ErrorCode.FORBIDDEN,
+            f"{kind}: token {principal.name!r} may not use namespace {namespace!r}",
         )
 
     def _release(self, c: Peer, msg: ForceRelease, now: float) -> None:
@@ -437,7 +437,7 @@ class RequestHandler:
         sid = msg.session_id
         principal = c.principal
         # Whose session it is, read for the log line only (the door decides).
-        owner = self.core.engine.session_tag(sid) if self.auth is not None else None
+        owner = self.core.session_principal(sid) if self.auth is not None else None
         foreign = owner is not None and owner != principal.name
         if foreign and principal.admin:
             admin_log.info(
@@ -509,35 +509,33 @@ class RequestHandler:
 
     # --- delivering what the door returned ----------------------------------------------------
 
-    def deliver(self, outs: list[Output], current: Peer | None = None) -> None:
+    def deliver(self, outs: list[Output[Peer]], current: Peer | None = None) -> None:
         """Send every output to its peer, in order: appended to ``current``'s outbox (the
         peer whose batch is being served: it goes out with the batch), pushed to any other
         (sent now). A peer that is gone is sent nothing."""
-        for (peer, rid), payload in outs:
-            p: Any = peer
-            t = type(payload)
-            if t is FeedEvent:
-                self._feed(p, payload, p is current)  # type: ignore[arg-type]
+        for (p, rid), payload in outs:
+            if type(payload) is FeedEvent:
+                self._feed(p, payload, p is current)
                 continue
-            if t is LockLost:
-                for data in self._lost_frames(payload):  # type: ignore[arg-type]
+            if type(payload) is LockLost:
+                for data in self._lost_frames(payload):
                     self.events_sent += 1
                     if p is current:
-                        p.outbox += data  # type: ignore[union-attr]
+                        p.outbox += data
                     else:
                         p.push(data)
                 continue
             assert rid is not None
-            if t is TransactionResult:
+            if type(payload) is TransactionResult:
                 data = p.proto.send_result(rid, payload)
-            elif t is EngineError:
-                data = self._refusal(p, rid, payload)  # type: ignore[arg-type]
-            elif t is SessionsListing:
-                data = p.proto.send(Reply(rid, sessions_page(payload)))  # type: ignore[arg-type]
+            elif type(payload) is EngineError:
+                data = self._refusal(p, rid, payload)
+            elif type(payload) is SessionsListing:
+                data = p.proto.send(Reply(rid, sessions_page(payload)))
             else:  # SessionEnded, Cancelled, the operator's answers
                 data = p.proto.send(Reply(rid, payload))  # type: ignore[arg-type]
             if p is current:
-                p.outbox += data  # type: ignore[union-attr]
+                p.outbox += data
             else:
                 p.push(data)
                 if p.proto.state is _CLOSED:  # an INTERNAL_ERROR went out: close it

@@ -97,11 +97,12 @@ from protocol import (
 from ._auth import Authenticator, SecurityConfigError, server_ssl_context
 from ._build import build
 from ._busypoll import BusyPoll
-from ._config import ConfigError, ServerConfig, etcd_endpoints, server_version
+from ._config import ConfigError, ServerConfig, etcd_endpoints, server_version, skip_revisions
 from ._endpoints import Endpoints
 from ._etcd import Etcd
 from ._gcstats import GcPauses
 from ._group import Genesis
+from ._groupauth import read_group_secret
 from ._http import HttpConnection, HttpCounters, HttpLimits, too_many
 from ._http_listings import HttpListings
 from ._metrics import Durations, History, ServerCollector
@@ -110,7 +111,7 @@ from ._reading import Reader
 from ._replica import Replica, ReplicatedDoor, ReplicationSettings
 from ._requests import Alarm, RequestHandler
 from ._trust import TrustMonitor
-from .engine import Engine, EngineLimits, LockCore, Output, WaitLimits
+from .engine import Door, Engine, EngineLimits, LockCore, Output, WaitLimits
 
 __all__ = ["RunningServer", "serve"]
 
@@ -154,7 +155,7 @@ class RunningServer:
     def __init__(self, shell: Server, addresses: list[tuple[str, int]]) -> None:
         self._shell = shell
         self.config: ServerConfig = shell.config
-        self.core: LockCore | ReplicatedDoor = shell.core
+        self.core: Door[Peer] = shell.core
         self.engine: Engine = shell.core.engine
         self.trust: TrustMonitor = shell.trust
         #: The replica of a replicated group (None for a single server).
@@ -228,6 +229,7 @@ async def serve(
     """
     try:
         ssl_context = server_ssl_context(config.tls_cert, config.tls_key, config.tls_client_ca)
+        keys = read_group_secret(config.group_secret_file) if config.group_secret_file else None
     except SecurityConfigError as exc:
         raise ConfigError(str(exc)) from None
     listeners = await trio.open_tcp_listeners(config.port, host=config.host)
@@ -243,11 +245,12 @@ async def serve(
             group=config.group,
             lease_ttl=config.replica_lease_ttl,
             snapshot_every=config.replica_snapshot_every,
+            skip_revisions=skip_revisions(config.skip_revision),
         )
         async with Etcd(settings.endpoints) as etcd:
             host, port = listeners[0].socket.getsockname()[:2]
             replica = await Replica.join(
-                settings, etcd, _advertised(str(host), int(port)), _genesis(config)
+                settings, etcd, _advertised(str(host), int(port)), _genesis(config), keys
             )
             shell = Server(config, listeners, ssl_context, replica=replica)
             await shell.run(task_status)
@@ -322,7 +325,7 @@ class Server:
         fence_epoch = time.time_ns() // 1000
         self.wall_at_start = fence_epoch / 1_000_000
         self.replica = replica
-        self.core: LockCore | ReplicatedDoor
+        self.core: Door[Peer]
         if replica is None:
             self.core = LockCore(
                 started_at=now,
@@ -692,13 +695,13 @@ class Server:
 
     # --- a replica's deliveries ---------------------------------------------------------------
 
-    def _deliver_applied(self, outs: list[Output]) -> None:
+    def _deliver_applied(self, outs: list[Output[Peer]]) -> None:
         """Send what applying the group's log answered to this replica's connections: each
         output appended to its peer's outbox, then one send per peer."""
         deliver = self.requests.deliver
         touched: dict[Peer, None] = {}
         for out in outs:
-            peer: Any = out[0][0]
+            peer = out[0][0]
             if peer.dead:
                 continue
             deliver([out], peer)

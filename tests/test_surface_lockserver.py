@@ -36,7 +36,7 @@ def kind_of(obj: object) -> str:
     # A compiled build's functions are builtin functions (lockserver/_build.py).
     if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType)):
         return FUNCTION
-    if isinstance(obj, types.GenericAlias):
+    if isinstance(obj, (types.GenericAlias, types.UnionType)):
         return TYPE_ALIAS
     return type(obj).__name__
 
@@ -169,6 +169,8 @@ SERVER_CONFIG_FIELDS = [
     "group",
     "replica_lease_ttl",
     "replica_snapshot_every",
+    "group_secret_file",
+    "skip_revision",
     "trust",
 ]
 
@@ -231,8 +233,10 @@ async def test_running_server_interface(server: RunningServer) -> None:
 #: The engine package's names the shell builds on, and what each is.
 ENGINE = {
     "LockCore": CLASS,
+    "Door": CLASS,
     "CoreStatistics": CLASS,
     "Output": TYPE_ALIAS,
+    "Listed": TYPE_ALIAS,
     "Engine": CLASS,
     "EngineError": CLASS,
     "EngineLimits": CLASS,
@@ -272,7 +276,9 @@ ENGINE_CALLS = {
         "(*, started_at, host='', fence_epoch=0, limits=None, wait_limits=None, "
         "authenticated=False)"
     ),
-    "LockCore.execute": "(self, owner, request_id, session, tx, wait, now, trust, principal)",
+    "LockCore.execute": (
+        "(self, owner, request_id, session, tx, wait, now, trust, principal, site=None)"
+    ),
     "LockCore.end_session": (
         "(self, owner, request_id, session_id, *, now, trust, principal, admin=False)"
     ),
@@ -284,7 +290,10 @@ ENGINE_CALLS = {
     "LockCore.unsubscribe": "(self, owner, request_id, target)",
     "LockCore.cancel": "(self, owner, request_id, target, *, now, trust)",
     "LockCore.owner_gone": "(self, owner, *, now, trust)",
-    "LockCore.advance": "(self, now, *, trust)",
+    "LockCore.advance": "(self, now, *, trust, fence_floor=0)",
+    "LockCore.read_listing": "(self, kind, query, *, visible=None)",
+    "LockCore.peek_statistics": "(self, now)",
+    "LockCore.session_principal": "(self, session_id)",
     "LockCore.next_deadline": "(self)",
     "LockCore.uptime": "(self, now)",
     "LockCore.statistics": "(self, now, *, trust)",
@@ -294,7 +303,7 @@ ENGINE_CALLS = {
     "Engine.force_release": "(self, ns, table, var, session_id, *, now)",
     "Engine.sweep": "(self, now)",
     "Engine.next_deadline": "(self)",
-    "Engine.statistics": "(self, now)",
+    "Engine.statistics": "(self, now, expire=True)",
     "Engine.uptime": "(self, now)",
     "Engine.tag_session": "(self, session_id, tag)",
     "Engine.session_tag": "(self, session_id, now=None)",

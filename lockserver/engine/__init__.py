@@ -3,10 +3,12 @@
 
 from ._core import BusyTable as BusyTable
 from ._core import CoreStatistics as CoreStatistics
+from ._core import Listed as Listed
 from ._core import LockCore as LockCore
 from ._core import Output as Output
 from ._core import SessionsListing as SessionsListing
 from ._core import Visibility as Visibility
+from ._door import Door as Door
 from ._engine import Engine as Engine
 from ._engine import EngineLimits as EngineLimits
 from ._engine import EngineStatistics as EngineStatistics
@@ -25,10 +27,12 @@ __all__ = [
     "BigTable",
     "BusyTable",
     "CoreStatistics",
+    "Door",
     "Engine",
     "EngineError",
     "EngineLimits",
     "EngineStatistics",
+    "Listed",
     "LockCore",
     "Output",
     "ShardedDict",

@@ -53,8 +53,8 @@ one list, one membership test for the session's routing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from typing import Final
+from collections.abc import Hashable
+from typing import Final, Generic, TypeVar, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -87,7 +87,9 @@ from ._waiting import WaitQueue
 
 __all__ = [
     "MAX_SUBSCRIPTIONS",
+    "OwnerT",
     "Address",
+    "Listed",
     "BusyTable",
     "CoreStatistics",
     "LockCore",
@@ -101,8 +103,11 @@ __all__ = [
 MAX_SUBSCRIPTIONS: Final = 64
 
 
+#: The type of the owners one door is called with (the shell's connections; a replicated
+#: group's ``(replica, connection)`` names): every output is addressed to one of them.
+OwnerT = TypeVar("OwnerT", bound=Hashable)
 #: Where an output goes: (owner, request id) for an answer, (owner, None) for an event.
-Address = tuple[Hashable, int | None]
+Address = tuple[OwnerT, int | None]
 Payload = (
     TransactionResult
     | EngineError
@@ -117,7 +122,9 @@ Payload = (
     | Unsubscribed
     | FeedEvent
 )
-Output = tuple[Address, Payload]
+Output = tuple[Address[OwnerT], Payload]
+#: What a listing answers: a page (sessions: with the owners of each session), or a refusal.
+Listed = HoldersPage | SessionsListing | WaitersPage | EngineError
 
 _NOT_ENDED: Final = SessionEnded(False)
 _ENDED: Final = SessionEnded(True)
@@ -137,7 +144,7 @@ class _Owner:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
-class LockCore:
+class LockCore(Generic[OwnerT]):
     """The engine, the wait queue and the session routing behind one synchronous door.
 
     ``engine`` and ``waits`` are exposed for reading (statistics, tests, embedding); every
@@ -172,20 +179,20 @@ class LockCore:
         self.waits = WaitQueue(self.engine, wait_limits)
         self._authenticated = authenticated
         # session id -> owners that used it (as many as the sessions: sharded like them)
-        self._routes: ShardedDict[dict[Hashable, None]] = ShardedDict()
-        self._owners: dict[Hashable, _Owner] = {}
+        self._routes: ShardedDict[dict[OwnerT, None]] = ShardedDict()
+        self._owners: dict[OwnerT, _Owner] = {}
         # Cursors name the run that made them: this core's fence epoch (the start, in µs).
         self._run = fence_epoch
         # Feed subscriptions: owner -> {subscription id: (namespace, table or None)}, and
         # namespace -> {(owner, subscription id): table or None}, both in subscribe order.
-        self._subscriptions: dict[Hashable, dict[int, tuple[str, str | None]]] = {}
-        self._by_namespace: dict[str, dict[tuple[Hashable, int], str | None]] = {}
+        self._subscriptions: dict[OwnerT, dict[int, tuple[str, str | None]]] = {}
+        self._by_namespace: dict[str, dict[tuple[OwnerT, int], str | None]] = {}
 
     # --- requests -----------------------------------------------------------------------------
 
     def execute(
         self,
-        owner: Hashable,
+        owner: OwnerT,
         request_id: int,
         session: SessionSpec,
         tx: Transaction,
@@ -193,34 +200,49 @@ class LockCore:
         now: float,
         trust: float,
         principal: str,
-    ) -> list[Output]:
+        site: Hashable | None = None,
+    ) -> list[Output[OwnerT]]:
         """Run ``tx`` in ``session`` for ``owner`` (parking it up to ``wait`` seconds when it
         fails on a statement). Returns the losses it caused, then every answer now due: this
         request's own unless it was parked, and those of waiters it (or expiries due by
-        ``now``) let run."""
-        engine = self.engine
+        ``now``) let run.
+
+        ``site`` (a replicated group: the replica the request came through; owners are then
+        ``(site, ...)`` tuples): a session's parked requests follow the session. Used through
+        ``site`` now, its requests parked through another site are answered first, with
+        their last failure (their connection most likely died with that replica, before its
+        lease lapsed; granted later, they would hold a lock nobody knows of)."""
         sid = session.session_id
+        if site is not None and self.waits.parked_count(sid):
+            followed = self._follow(sid, site, now, trust)
+            return followed + self.execute(
+                owner, request_id, session, tx, wait, now, trust, principal
+            )
+        engine = self.engine
         authenticated = self._authenticated
         if authenticated:
             conflict = self._conflict(sid, principal, now)
             if conflict is not None:
                 return self._refuse(owner, request_id, conflict, now, trust)
         # The wait queue's tokens are this door's addresses: (owner, request id).
-        answers: list[Output] = self.waits.submit(  # type: ignore[assignment]
-            owner,
-            (owner, request_id),
-            session,
-            tx,
-            now=now,
-            trust=trust,
-            wait=wait,
-            principal=principal,
+        answers = cast(
+            "list[Output[OwnerT]]",
+            self.waits.submit(
+                owner,
+                (owner, request_id),
+                session,
+                tx,
+                now=now,
+                trust=trust,
+                wait=wait,
+                principal=principal,
+            ),
         )
         if engine.lost_queue:
             # Losses this call caused (it may have expired the session it then re-created)
             # go to the owners of the session that was lost, before this owner is counted
             # among the users of the session it uses now.
-            out: list[Output] = []
+            out: list[Output[OwnerT]] = []
             self._route_lost(out)
             out += answers
             answers = out
@@ -237,7 +259,7 @@ class LockCore:
 
     def end_session(
         self,
-        owner: Hashable,
+        owner: OwnerT,
         request_id: int,
         session_id: str,
         *,
@@ -245,7 +267,7 @@ class LockCore:
         trust: float,
         principal: str,
         admin: bool = False,
-    ) -> list[Output]:
+    ) -> list[Output[OwnerT]]:
         """End a session: its entries go, its other owners get a ``LockLost(ENDED)`` event,
         waiters it let run are answered, then ``owner`` gets ``SessionEnded`` (False: there
         was no such session). What was due by ``now`` expires first, so a session whose max
@@ -254,7 +276,7 @@ class LockCore:
         (FORBIDDEN otherwise)."""
         engine = self.engine
         engine.sweep(now)
-        out: list[Output] = []
+        out: list[Output[OwnerT]] = []
         self._route_lost(out)
         if self._authenticated and not admin:
             conflict = self._conflict(session_id, principal, now)
@@ -281,7 +303,7 @@ class LockCore:
 
     def release(
         self,
-        owner: Hashable,
+        owner: OwnerT,
         request_id: int,
         namespace: str,
         table: str,
@@ -290,7 +312,7 @@ class LockCore:
         *,
         now: float,
         trust: float,
-    ) -> list[Output]:
+    ) -> list[Output[OwnerT]]:
         """Force-release: remove the entries of one variable (only ``session_id``'s when
         given). What was due by ``now`` expires first; the waiters it lets run are answered;
         each holder's owners get ``LockLost(RELEASED)`` (their session lives on); then
@@ -298,7 +320,7 @@ class LockCore:
         shell's check (an admin token)."""
         engine = self.engine
         engine.sweep(now)
-        out: list[Output] = []
+        out: list[Output[OwnerT]] = []
         self._route_lost(out)
         removed = engine.force_release(namespace, table, var, session_id, now=now)
         released = Released(removed, engine.fence)  # before waiters' grants move it on
@@ -310,7 +332,7 @@ class LockCore:
 
     def listing(
         self,
-        owner: Hashable,
+        owner: OwnerT,
         request_id: int,
         kind: str,
         query: ListQuery,
@@ -318,7 +340,7 @@ class LockCore:
         now: float,
         trust: float,
         visible: Visibility | None = None,
-    ) -> list[Output]:
+    ) -> list[Output[OwnerT]]:
         """A page of the listing ``kind`` matching ``query``, as of ``now`` (what was due
         expires first): ``"holders"`` (a HoldersPage), ``"sessions"`` (a
         :class:`SessionsListing`: the page and the owners that used each session) or
@@ -332,13 +354,21 @@ class LockCore:
         except EngineError as exc:
             out.append(((owner, request_id), exc))
             return out
-        if type(page) is SessionsPage:
-            routes = self._routes
-            owners = tuple(tuple(routes.get(r.session) or ()) for r in page.sessions)
-            out.append(((owner, request_id), SessionsListing(page, owners)))
-        else:
-            out.append(((owner, request_id), page))
+        out.append(((owner, request_id), self._named(page)))
         return out
+
+    def read_listing(
+        self, kind: str, query: ListQuery, *, visible: Visibility | None = None
+    ) -> Listed:
+        """The page :meth:`listing` would answer (or the refusal of a bad cursor), read from
+        the state as it stands: nothing expires first, nothing changes. The HTTP face reads
+        so (what is due to expire goes at the timer's next wake, on time); a replicated group
+        reads its applied state so (only the log may change it)."""
+        try:
+            page = _LISTINGS[kind](self.engine, self.waits, query, visible, self._run)
+        except EngineError as exc:
+            return exc
+        return self._named(page)
 
     def busiest_tables(
         self, n: int, *, visible: Visibility | None = None
@@ -353,8 +383,8 @@ class LockCore:
     # --- the change feed ----------------------------------------------------------------------
 
     def subscribe(
-        self, owner: Hashable, request_id: int, namespace: str, table: str | None
-    ) -> list[Output]:
+        self, owner: OwnerT, request_id: int, namespace: str, table: str | None
+    ) -> list[Output[OwnerT]]:
         """Subscribe ``owner`` to the changes of ``namespace`` (of one ``table`` when given),
         as subscription ``request_id``. Refused (TOO_LARGE) past ``MAX_SUBSCRIPTIONS`` per
         owner, and (DUPLICATE_REQUEST_ID) when the id names a live subscription."""
@@ -390,55 +420,29 @@ class LockCore:
             engine.feed_log = []
         return [((owner, request_id), Subscribed(request_id))]
 
-    def unsubscribe(self, owner: Hashable, request_id: int, target: int) -> list[Output]:
+    def unsubscribe(self, owner: OwnerT, request_id: int, target: int) -> list[Output[OwnerT]]:
         """End ``owner``'s subscription ``target``; ``Unsubscribed(False)`` when it has none
         of that id."""
         found = self._drop_subscription(owner, target)
         return [((owner, request_id), Unsubscribed(found))]
 
     def cancel(
-        self, owner: Hashable, request_id: int, target: int, *, now: float, trust: float
-    ) -> list[Output]:
+        self, owner: OwnerT, request_id: int, target: int, *, now: float, trust: float
+    ) -> list[Output[OwnerT]]:
         """Cancel ``owner``'s parked request ``target``: it is answered with its last failure,
         then this request with ``Cancelled(True)``, then waiters that gave way to it run.
         ``Cancelled(False)`` alone when ``target`` is not parked (answered already)."""
         last = self.waits.cancel((owner, target))
         if last is None:
             return [((owner, request_id), _NOT_CANCELLED)]
-        out: list[Output] = [((owner, target), last), ((owner, request_id), _CANCELLED)]
-        out += self.waits.process(now=now, trust=trust)  # type: ignore[arg-type]
+        out: list[Output[OwnerT]] = [((owner, target), last), ((owner, request_id), _CANCELLED)]
+        out += cast("list[Output[OwnerT]]", self.waits.process(now=now, trust=trust))
         self._route_lost(out)
         if self.engine.feed_log:
             out += self._publish()
         return out
 
-    def drop_waits(
-        self,
-        session_id: str,
-        keep: Callable[[Hashable], bool],
-        *,
-        now: float,
-        trust: float,
-    ) -> list[Output]:
-        """Answer at once, with their last failure, the parked requests of ``session_id``
-        whose owner ``keep`` rejects (a replicated group: parked through a replica the
-        session is no longer used through); then waiters that gave way to them run."""
-        out: list[Output] = []
-        for owner, token in self.waits.owners_of_session(session_id):
-            if keep(owner):
-                continue
-            last = self.waits.cancel(token)
-            if last is not None:
-                out.append((token, last))  # type: ignore[arg-type]
-        if not out:
-            return out
-        out += self.waits.process(now=now, trust=trust)  # type: ignore[arg-type]
-        self._route_lost(out)
-        if self.engine.feed_log:
-            out += self._publish()
-        return out
-
-    def owner_gone(self, owner: Hashable, *, now: float, trust: float) -> list[Output]:
+    def owner_gone(self, owner: OwnerT, *, now: float, trust: float) -> list[Output[OwnerT]]:
         """``owner`` is gone (its connection closed): its parked requests are dropped
         unanswered, its routes forgotten; waiters its requests held back run now. Sessions
         outlive their owners: a client that reconnects keeps its session."""
@@ -454,9 +458,9 @@ class LockCore:
                     routes.pop(owner, None)
                     if not routes:
                         del routes_by_session[sid]
-        out: list[Output] = []
+        out: list[Output[OwnerT]] = []
         if self.waits.cancel_owner(owner):
-            out += self.waits.process(now=now, trust=trust)  # type: ignore[arg-type]
+            out += cast("list[Output[OwnerT]]", self.waits.process(now=now, trust=trust))
         self._route_lost(out)
         if self.engine.feed_log:
             out += self._publish()
@@ -464,11 +468,16 @@ class LockCore:
 
     # --- time ---------------------------------------------------------------------------------
 
-    def advance(self, now: float, *, trust: float) -> list[Output]:
+    def advance(self, now: float, *, trust: float, fence_floor: int = 0) -> list[Output[OwnerT]]:
         """Time has come to ``now``: expire what is due (sessions, entry TTLs), answer
-        waiters whose deadline passed or who can run now; the losses go last."""
-        self.engine.sweep(now)
-        out: list[Output] = []
+        waiters whose deadline passed or who can run now; the losses go last.
+
+        ``fence_floor`` (a replicated group, before each log entry): the next fence granted
+        is above it (fences name the log position: ``lockserver/_group.py``)."""
+        engine = self.engine
+        engine.fence = max(engine.fence, fence_floor)
+        engine.sweep(now)
+        out: list[Output[OwnerT]] = []
         self._settle(out, now, trust)
         return out
 
@@ -490,12 +499,27 @@ class LockCore:
         """Seconds since start (what ``pong`` and every result carry)."""
         return self.engine.uptime(now)
 
-    def statistics(self, now: float, *, trust: float) -> tuple[CoreStatistics, list[Output]]:
+    def session_principal(self, session_id: str) -> str | None:
+        """The principal that owns a live session (None: unknown, or no tokens). Reads only."""
+        return self.engine.session_tag(session_id)
+
+    def peek_statistics(self, now: float) -> CoreStatistics:
+        """The counts as the state stands, with the uptime at ``now``: reads only (nothing
+        expires first; a replicated group reads its applied state so)."""
+        return CoreStatistics(
+            engine=self.engine.statistics(now, expire=False),
+            waiting=self.waits.statistics(),
+            sessions_routed=len(self._routes),
+        )
+
+    def statistics(
+        self, now: float, *, trust: float
+    ) -> tuple[CoreStatistics, list[Output[OwnerT]]]:
         """The counts as of ``now``, and what taking them caused: sessions and entries due by
         ``now`` are expired first (the counts never include what is gone), their losses
         routed and the waiters they free answered."""
         engine = self.engine.statistics(now)
-        out: list[Output] = []
+        out: list[Output[OwnerT]] = []
         self._settle(out, now, trust)
         stats = CoreStatistics(
             engine=engine, waiting=self.waits.statistics(), sessions_routed=len(self._routes)
@@ -504,26 +528,56 @@ class LockCore:
 
     # --- internals ----------------------------------------------------------------------------
 
-    def _settle(self, out: list[Output], now: float, trust: float) -> None:
+    def _follow(
+        self, session_id: str, site: Hashable, now: float, trust: float
+    ) -> list[Output[OwnerT]]:
+        """Answer at once, with their last failure, the parked requests of ``session_id``
+        parked through another site than ``site`` (owners are ``(site, ...)`` tuples); then
+        the waiters that gave way to them run."""
+        out: list[Output[OwnerT]] = []
+        for owner, token in self.waits.owners_of_session(session_id):
+            named: tuple[Hashable, ...] = owner  # type: ignore[assignment]
+            if named[0] == site:
+                continue
+            last = self.waits.cancel(token)
+            if last is not None:
+                out.append((cast("Address[OwnerT]", token), last))
+        if not out:
+            return out
+        out += cast("list[Output[OwnerT]]", self.waits.process(now=now, trust=trust))
+        self._route_lost(out)
+        if self.engine.feed_log:
+            out += self._publish()
+        return out
+
+    def _settle(self, out: list[Output[OwnerT]], now: float, trust: float) -> None:
         """After a call that may have expired or freed something: the waiters that can run
         now are answered, then the losses are routed, then the feed's events (appended to
         ``out``)."""
         if len(self.waits):
-            out += self.waits.process(now=now, trust=trust)  # type: ignore[arg-type]
+            out += cast("list[Output[OwnerT]]", self.waits.process(now=now, trust=trust))
         self._route_lost(out)
         if self.engine.feed_log:
             out += self._publish()
 
-    def _expired(self, now: float, trust: float) -> list[Output]:
+    def _expired(self, now: float, trust: float) -> list[Output[OwnerT]]:
         """What expiring everything due by ``now`` causes (before a read that must not show
         what is gone)."""
-        out: list[Output] = []
+        out: list[Output[OwnerT]] = []
         if self.engine.expiry_due(now):
             self.engine.sweep(now)
             self._settle(out, now, trust)
         return out
 
-    def _drop_subscription(self, owner: Hashable, sub: int) -> bool:
+    def _named(self, page: HoldersPage | SessionsPage | WaitersPage) -> Listed:
+        """A listing's page as answered: a sessions page with the owners of each session."""
+        if isinstance(page, SessionsPage):
+            routes = self._routes
+            owners = tuple(tuple(routes.get(r.session) or ()) for r in page.sessions)
+            return SessionsListing(page, owners)
+        return page
+
+    def _drop_subscription(self, owner: OwnerT, sub: int) -> bool:
         mine = self._subscriptions.get(owner)
         if mine is None or sub not in mine:
             return False
@@ -544,7 +598,7 @@ class LockCore:
                 engine.feed_log = None
         return True
 
-    def _publish(self) -> list[Output]:
+    def _publish(self) -> list[Output[OwnerT]]:
         """The feed events of what the engine logged since the last call, for every
         subscription of its namespace (and table), in log then subscribe order."""
         engine = self.engine
@@ -553,7 +607,7 @@ class LockCore:
         engine.feed_log = []
         offset = engine.store.wall_offset
         by_namespace = self._by_namespace
-        out: list[Output] = []
+        out: list[Output[OwnerT]] = []
         for kind, ns, table, var, sid, fence, at, reason in log:
             subs = by_namespace.get(ns)
             if subs is None:
@@ -575,11 +629,11 @@ class LockCore:
         return out
 
     def _refuse(
-        self, owner: Hashable, request_id: int, refusal: EngineError, now: float, trust: float
-    ) -> list[Output]:
+        self, owner: OwnerT, request_id: int, refusal: EngineError, now: float, trust: float
+    ) -> list[Output[OwnerT]]:
         """A refused request's outputs: what checking it expired (answers, losses), then the
         refusal. It changed nothing else."""
-        out: list[Output] = []
+        out: list[Output[OwnerT]] = []
         self._settle(out, now, trust)
         out.append(((owner, request_id), refusal))
         return out
@@ -593,7 +647,7 @@ class LockCore:
             ErrorCode.SESSION_CONFLICT, f"session {session_id!r} belongs to another principal"
         )
 
-    def _use(self, owner: Hashable, session_id: str, principal: str) -> None:
+    def _use(self, owner: OwnerT, session_id: str, principal: str) -> None:
         routes = self._routes.get(session_id)
         if routes is None:
             self._routes[session_id] = {owner: None}
@@ -604,7 +658,7 @@ class LockCore:
             record = self._owners[owner] = _Owner(principal)
         record.sessions[session_id] = None
 
-    def _unuse(self, owner: Hashable, session_id: str, routes: dict[Hashable, None]) -> None:
+    def _unuse(self, owner: OwnerT, session_id: str, routes: dict[OwnerT, None]) -> None:
         del routes[owner]
         if not routes:
             del self._routes[session_id]
@@ -612,7 +666,7 @@ class LockCore:
         if record is not None:
             record.sessions.pop(session_id, None)
 
-    def _route_lost(self, out: list[Output]) -> None:
+    def _route_lost(self, out: list[Output[OwnerT]]) -> None:
         """Append the engine's queued LockLost events, addressed to the owners that used each
         session (with ``authenticated``, only those of the principal that owned it). A loss
         that ends the session (expired, ended) ends its routing: those owners used a session

@@ -474,9 +474,11 @@ class Engine:
         s = self.sessions.get(session_id)
         return None if s is None else s.last_touch + s.max_age - self.started_at
 
-    def statistics(self, now: float) -> EngineStatistics:
-        """Counts of namespaces, tables, entries, sessions and outcomes."""
-        self._expire(now)
+    def statistics(self, now: float, expire: bool = True) -> EngineStatistics:
+        """Counts of namespaces, tables, entries, sessions and outcomes; what is due by
+        ``now`` expires first unless ``expire`` is False (then it reads only)."""
+        if expire:
+            self._expire(now)
         return EngineStatistics(
             uptime=self.uptime(now),
             namespaces=len(self.store.namespaces),

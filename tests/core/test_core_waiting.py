@@ -494,30 +494,33 @@ def test_request_ids_are_per_owner_while_waiting() -> None:
     assert d.waiting() == [("B", 2), ("C", 2)]
 
 
-# --- a session's parked requests dropped by owner (replicated groups) -----------------------
+# --- a session's parked requests follow it to another site (replicated groups) --------------
 
 
-def test_drop_waits_answers_the_rejected_owners_and_keeps_the_others() -> None:
-    """``drop_waits`` answers, with their last failure, the parked requests of a session whose
-    owner ``keep`` rejects, and keeps the session's other parked requests and the other
-    sessions' waiters parked; a session without parked requests gives nothing."""
+def test_a_sessions_parked_requests_follow_it_to_another_site() -> None:
+    """``execute`` with ``site`` (a replicated group: owners are ``(site, conn)``) answers
+    first, with their last failure, the session's requests parked through other sites, then
+    the request itself, in one call; the session's requests parked through the same site and
+    the other sessions' waiters stay parked, and the waiter that was behind a dropped one
+    moves up. Without ``site`` (a single server) nothing is dropped."""
     d = Door()
     d.execute(("r1", 1), 1, "holder", acquire("k"), now=START)
     d.execute(("r1", 1), 2, "holder", acquire("j"), now=START)
     assert d.execute(("r1", 2), 3, "s", acquire("k", ticket="s"), now=START, wait=30.0) == []
     assert d.execute(("r2", 1), 4, "s", acquire("j", ticket="s"), now=START, wait=30.0) == []
     assert d.execute(("r3", 1), 5, "o", acquire("k", ticket="o"), now=START, wait=30.0) == []
-    outs = d.core.drop_waits(
-        "s",
-        lambda owner: owner[0] == "r2",
-        now=START + 1,
-        trust=1.0,  # type: ignore[index]
+    core = d.core
+    plain = core.execute(("r2", 9), 6, spec("s"), acquire("m", ticket="s"), None, START, 1.0, "")
+    assert addresses(plain) == [(("r2", 9), 6)]  # no site: nothing else answered
+    assert core.waits.parked_count("s") == 2
+    outs = core.execute(
+        ("r2", 9), 7, spec("s"), acquire("n", ticket="s"), None, START + 1, 1.0, "", site="r2"
     )
-    assert addresses(outs) == [(("r1", 2), 3)]
+    assert addresses(outs) == [(("r1", 2), 3), (("r2", 9), 7)]
     assert result(outs[0][1]).failed_statement == "0:/AssertOp/"
-    assert d.core.waits.owners_of_session("s") == [(("r2", 1), (("r2", 1), 4))]
-    assert d.core.waits.parked_count("o") == 1
+    assert granted(outs[1][1])
+    assert core.waits.owners_of_session("s") == [(("r2", 1), (("r2", 1), 4))]
+    assert core.waits.parked_count("o") == 1
     # the holder releases k: the waiter that was behind the dropped one gets it
-    outs = d.execute(("r1", 1), 6, "holder", release("k"), now=START + 2)
+    outs = d.execute(("r1", 1), 8, "holder", release("k"), now=START + 2)
     assert (("r3", 1), 5) in addresses(outs)
-    assert d.core.drop_waits("nobody", lambda o: False, now=START + 3, trust=1.0) == []

@@ -1,9 +1,10 @@
-"""The log entry's encoding (``lockserver._group``, format 2): ops are deflated and come back
-equal; the entry is much smaller than its plain ops; a format-1 entry (ops inline) is still
-applied, the same as its format-2 twin; an entry of another format, ops that do not inflate
-completely, inflate past the bound or are not an array are refused with a clear
-ValueError; a skipped entry is not inflated; a proposer's batch is split so every entry
-fits an etcd value, each run carrying its own encoded ops."""
+"""The log entry's encoding (``lockserver._group``, format 3): ops are deflated and come back
+equal; the entry is much smaller than its plain ops; format-1 (ops inline) and format-2 (no
+registration, no base) entries are still applied in a group without a secret, the same as
+their format-3 twins; an entry of another format, ops that do not inflate completely, inflate
+past the bound or are not an array are refused with a clear ValueError; a skipped entry is
+not inflated; a proposer's batch is split so every entry fits an etcd value, each run
+carrying its own encoded ops."""
 
 from __future__ import annotations
 
@@ -54,58 +55,73 @@ def lockbench_like_ops(n: int) -> list[list[Any]]:
 
 
 def test_ops_round_trip_and_the_entry_is_deflated() -> None:
-    """An entry's ops decode to what was encoded; 64 ops of one connection take far less
-    than their plain msgpack (measured 7.9 kB -> 0.7 kB)."""
+    """An entry's fields and ops decode to what was encoded; 64 ops of one connection take far
+    less than their plain msgpack (measured 7.9 kB -> 0.7 kB)."""
     ops = lockbench_like_ops(64)
-    data = encode_entry("r1", 7, 1.5, 0.9, ops)
-    assert decode_entry(data) == ("r1", 7, 1.5, 0.9, ops)
+    data = encode_entry("r1", 7, 1.5, 0.9, ops, registration=12, base=40)
+    assert decode_entry(data) == ("r1", 12, 7, 1.5, 40, 0.9, ops)
     assert decode_ops(encode_ops(ops)) == ops
-    assert encode_entry("r1", 7, 1.5, 0.9, encode_ops(ops)) == data
+    assert encode_entry("r1", 7, 1.5, 0.9, encode_ops(ops), registration=12, base=40) == data
     assert len(data) * 4 < len(pack(ops))
-    assert decode_header(data)[:4] == ("r1", 7, 1.5, 0.9)
+    assert decode_header(data)[:6] == ("r1", 12, 7, 1.5, 40, 0.9)
 
 
-def test_format_1_is_still_applied_like_format_2() -> None:
-    """A log written by the previous version (format 1: ops inline) gives the same outputs
-    and state as the same log in format 2."""
+def test_formats_1_and_2_are_still_applied_like_format_3() -> None:
+    """A log written by the previous versions (format 1: ops inline; format 2: deflated, no
+    registration or base) gives the same outputs and state as the same log in format 3."""
     t = GENESIS.started_at
     bodies = [[acquire_op(1, 1, "s1", "a", None)], [release_op(1, 2, "s1", "a")]]
     results = []
-    for fmt in (1, 2):
+    for fmt in (1, 2, 3):
         state = GroupState(GENESIS)
         state.apply_registered("r1", "r1:7400", 2)
         outs: list[Any] = []
         for i, body in enumerate(bodies, 1):
             if fmt == 1:
-                data = pack([1, "r1", i, t + i, 1.0, body])
+                data = pack([1, "r1", i, t + i * 0.1, 1.0, body])
+            elif fmt == 2:
+                data = pack([2, "r1", i, t + i * 0.1, 1.0, encode_ops(body)])
             else:
-                data = encode_entry("r1", i, t + i, 1.0, body)
+                data = encode_entry("r1", i, t + i * 0.1, 1.0, body)
             outs += state.apply_entry(data, 2 + i)
         results.append(([(a, repr(p)) for a, p in outs], state.fingerprint()))
-    assert results[0] == results[1]
+    assert results[0] == results[1] == results[2]
     assert len(results[0][0]) == 2
 
 
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (pack([3, "r1", 1, 1.0, 1.0, b""]), r"format 3, which this version cannot apply"),
-        (pack([2, "r1", 1, 1.0, 1.0, []]), r"format 2 or 1 \(its format: 2\)"),
-        (pack([1, "r1", 1, 1.0, 1.0, b""]), r"format 2 or 1 \(its format: 1\)"),
+        (pack([4, "r1", 0, 1, 1.0, 0, 1.0, b""]), r"format 4, which this version cannot apply"),
+        (pack([3, "r1", 0, 1, 1.0, 0, 1.0, []]), r"format 3 \(or 2, or 1\) \(its format: 3\)"),
+        (pack([3, "r1", 1, 1.0, 1.0, b""]), r"its format: 3"),
+        (pack([2, "r1", 1, 1.0, 1.0, []]), r"its format: 2"),
+        (pack([1, "r1", 1, 1.0, 1.0, b""]), r"its format: 1"),
         (pack({"not": "a list"}), r"its format: None"),
-        (pack([2, "r1", 1, 1.0, 1.0, b"not deflated"]), "do not inflate"),
-        (pack([2, "r1", 1, 1.0, 1.0, zlib.compress(pack([["t"]]))[:-3]]), "truncated"),
-        (pack([2, "r1", 1, 1.0, 1.0, zlib.compress(pack([["t"]])) + b"x"]), "followed by"),
+        (pack([3, "r1", 0, 1, 1.0, 0, 1.0, b"not deflated"]), "do not inflate"),
+        (pack([3, "r1", 0, 1, 1.0, 0, 1.0, zlib.compress(pack([["t"]]))[:-3]]), "truncated"),
+        (pack([3, "r1", 0, 1, 1.0, 0, 1.0, zlib.compress(pack([["t"]])) + b"x"]), "followed by"),
         (pack([2, "r1", 1, 1.0, 1.0, zlib.compress(pack({"t": 1}))]), "a dict, not an array"),
     ],
 )
 def test_decoding_is_strict(data: bytes, message: str) -> None:
-    """Anything but an entry of format 2 (or 1) with ops that inflate completely to an array
-    is a ValueError naming what is wrong; only an entry of another format number (a newer
-    replica's) is an EntryFormatError, which stops a replica instead of being skipped."""
+    """Anything but an entry of format 3 (or 2, or 1) with ops that inflate completely to an
+    array is a ValueError naming what is wrong; only an entry of another format number (a
+    newer replica's) is an EntryFormatError, which stops a replica instead of being
+    skipped."""
     with pytest.raises(ValueError, match=message) as info:
         decode_entry(data)
     assert isinstance(info.value, EntryFormatError) == ("cannot apply" in message)
+
+
+def test_legacy_formats_are_no_entries_of_a_sealed_log() -> None:
+    """In a group with a secret (``legacy=False``) only format 3 is an entry: a format-2 body,
+    even one that opened, is refused as malformed (skipped), never applied."""
+    data = pack([2, "r1", 1, 1.0, 1.0, encode_ops([["t"]])])
+    assert decode_header(data).batch == 1
+    with pytest.raises(ValueError, match=r"not a log entry of format 3 \(its format: 2\)") as info:
+        decode_header(data, legacy=False)
+    assert not isinstance(info.value, EntryFormatError)
 
 
 def test_ops_inflating_past_the_bound_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,7 +138,7 @@ def test_a_skipped_entry_is_not_inflated() -> None:
     not even inflated (a corrupt body raises nothing), and nothing changes."""
     state = GroupState(GENESIS)
     before = state.fingerprint()
-    data = pack([ENTRY_FORMAT, "rx", 1, 1.0, 1.0, b"not deflated"])
+    data = pack([ENTRY_FORMAT, "rx", 0, 1, 1.0, 0, 1.0, b"not deflated"])
     assert state.apply_entry(data, 5) == []
     assert state.skipped == 1
     state.revision, state.skipped = 0, 0
@@ -136,7 +152,7 @@ def test_a_corrupt_entry_of_a_registered_replica_changes_nothing() -> None:
     state.apply_registered("r1", "r1:7400", 2)
     before = state.fingerprint()
     with pytest.raises(ValueError, match="do not inflate"):
-        state.apply_entry(pack([ENTRY_FORMAT, "r1", 1, 1.0, 1.0, b"garbage"]), 3)
+        state.apply_entry(pack([ENTRY_FORMAT, "r1", 2, 1, 1.0, 0, 1.0, b"garbage"]), 3)
     assert state.batches == {}
     state.revision = 2
     assert state.fingerprint() == before

@@ -71,21 +71,38 @@ def test_the_replicated_group_demo_runs() -> None:
     assert later > earlier
 
 
-def test_an_entry_of_an_unknown_format_stops_the_replica(
+def lockctl_of(address: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "lockctl", "--server", address, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_an_entry_of_an_unknown_format_halts_the_replica_and_status_says_why(
     etcd1: EtcdCluster, tmp_path: Path
 ) -> None:
-    """A log entry of a format this version does not know (a newer replica wrote it): the
-    replica does not skip it (the replicas that know it apply it; skipping would diverge) but
-    stops, exit 1 with the revision and the reason, no traceback; its client's connection is
-    closed."""
+    """A log entry of a format this version does not know, in a group without a secret
+    (nothing can tell a newer replica's entry from anyone's there): the replica does not skip
+    it (the replicas that know it apply it; skipping would diverge) but halts -- its client's
+    connection is closed, it keeps running, and ``lockctl status`` shows it HALTED at that
+    revision with the reason, and warns that the group's log is not authenticated. The log
+    says it once at CRITICAL, no traceback."""
     import base64
+    import json
     import socket
 
     from client import Assert, LockClient, SetVar
     from lockbench.etcd import _http
+    from lockserver._group import ENTRY_FORMAT
     from lockserver._replica import group_prefix
     from protocol import pack
 
+    future = ENTRY_FORMAT + 1
     group = f"u{time.monotonic_ns()}"
     with ReplicaGroup(etcd1.endpoints, tmp_path / "replicas", n=1, group=group) as g:
         g.start()
@@ -94,53 +111,69 @@ def test_an_entry_of_an_unknown_format_stops_the_replica(
             # Served through the log: the replica applies it from here on.
             assert session.execute("ns", [Assert(SetVar("t", "v"))]).ok
         with socket.create_connection(("127.0.0.1", replica.port), timeout=10) as sock:
-            entry = pack([3, "future-replica", 1, 0.0, 1.0, b"ops of format 3"])
+            entry = pack([future, "future-replica", 0, 1, 0.0, 0, 1.0, b"ops of the future"])
             key = group_prefix(group) + b"log"
             body = {
                 "key": base64.b64encode(key).decode(),
                 "value": base64.b64encode(entry).decode(),
             }
             port = etcd1.members[0].client_port
-            _http(port, "POST", "/v3/kv/put", body, 5.0)
-            assert replica.process is not None
-            assert replica.process.wait(timeout=30) == 1
+            answer = _http(port, "POST", "/v3/kv/put", body, 5.0)
+            revision = int(answer["header"]["revision"])
             sock.settimeout(10)
             while sock.recv(65536):  # the server closed it: EOF after whatever it sent
                 pass
-        text = replica.log_path.read_text()
-    assert "a log entry of format 3, which this version cannot apply" in text
-    assert "lockserver: error: replica" in text and "stopped at revision" in text
-    assert "Traceback" not in text
+        assert replica.process is not None and replica.process.poll() is None  # still up
+        (record,) = json.loads(lockctl_of(replica.address, "--json", "status"))
+        text = lockctl_of(replica.address, "status")
+        log_text = replica.log_path.read_text()
+    halted = record["replication"]["halted"]
+    assert halted["revision"] == revision
+    assert f"a log entry of format {future}, which this version cannot apply" in halted["reason"]
+    header, row, *notes = text.splitlines()
+    assert row.split()[header.split().index("STATE")] == "HALTED"
+    assert row.split()[header.split().index("AUTH")] == "NO"
+    assert any(n.startswith(f"HALTED {replica.address}: replica ") for n in notes)
+    assert any("is not authenticated" in n for n in notes)
+    assert f"halted at revision {revision}" in log_text and "--skip-revision" in log_text
+    assert "GROUP" in log_text and "HAS NO SECRET" in log_text
+    assert "Traceback" not in log_text
+
+
+def test_a_secret_file_others_can_read_ends_the_command(tmp_path: Path) -> None:
+    """--group-secret-file naming a file others may read: exit 2, naming the file, never
+    showing the secret; and there is no flag that takes a secret itself."""
+    path = tmp_path / "group.secret"
+    path.write_text("s" * 64 + "\n")
+    path.chmod(0o644)
+    done = run("--replicate", "etcd://127.0.0.1:1", "--group-secret-file", str(path))
+    assert done.returncode == 2
+    assert "others may read or write it" in done.stderr and str(path) in done.stderr
+    assert "s" * 64 not in done.stderr
+    assert run("--group-secret", "x").returncode == 2  # no such flag
 
 
 def test_lockctl_status_names_a_replicas_group_and_revision(
     etcd1: EtcdCluster, tmp_path: Path
 ) -> None:
-    """`lockctl status` of a replica: its group, id, the group's replicas and the revision it
-    applied (JSON), and GROUP / REVISION columns (text); a standalone server has none."""
+    """`lockctl status` of a replica: its group, id, the group's replicas, the revision it
+    applied, whether its log is authenticated, what it rejected (JSON), and GROUP, REVISION,
+    STATE, AUTH and REJECTED columns (text); a standalone server has none."""
     import json
 
     group = f"s{time.monotonic_ns()}"
-    with ReplicaGroup(etcd1.endpoints, tmp_path / "replicas", n=1, group=group) as g:
+    with ReplicaGroup(
+        etcd1.endpoints, tmp_path / "replicas", n=1, group=group, secret="k" * 64
+    ) as g:
         g.start()
         (replica,) = g.replicas
-
-        def lockctl(*args: str) -> str:
-            done = subprocess.run(
-                [sys.executable, "-m", "lockctl", "--server", replica.address, *args],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            assert done.returncode == 0, done.stderr
-            return done.stdout
-
-        (record,) = json.loads(lockctl("--json", "status"))
-        text = lockctl("status")
+        (record,) = json.loads(lockctl_of(replica.address, "--json", "status"))
+        text = lockctl_of(replica.address, "status")
     repl = record["replication"]
     assert repl["group"] == group and repl["replicas"] == [replica.address]
     assert repl["revision"] > 0 and repl["replica"]
-    header, row = text.splitlines()[:2]
-    assert header.split()[-2:] == ["GROUP", "REVISION"]
-    assert row.split()[-2:] == [group, str(repl["revision"])]
+    assert repl["authenticated"] is True and repl["halted"] is None
+    assert repl["rejected_entries"] == 0
+    header, row = text.splitlines()
+    assert header.split()[-5:] == ["GROUP", "REVISION", "STATE", "AUTH", "REJECTED"]
+    assert row.split()[-5:] == [group, str(repl["revision"]), "serving", "yes", "0"]
