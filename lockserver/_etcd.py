@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any, Final, Self
@@ -160,8 +160,9 @@ class Etcd:
     ``tls`` is the SSL context https endpoints are verified with (its CA bundle, and the
     client certificate for mutual TLS); given, a bare ``HOST:PORT`` means https. Without it,
     https endpoints are verified against the system's CAs. ``user`` and ``password``: etcd's
-    auth (a token is obtained, sent and renewed by the client). ``max_answer`` bounds the
-    bytes of one answer.
+    auth (a token is obtained, sent and renewed by the client); ``password`` may be a
+    function, called at each authentication, so a password rotated in its file is picked up
+    when etcd rejects the old token. ``max_answer`` bounds the bytes of one answer.
 
     With several endpoints, a call that cannot reach one tries the next (see the module's
     failover rule) and the client keeps using the one that answered. Every call is bounded:
@@ -176,7 +177,7 @@ class Etcd:
         timeout: float = 5.0,
         tls: ssl.SSLContext | None = None,
         user: str | None = None,
-        password: str | None = None,
+        password: str | Callable[[], str] | None = None,
         max_answer: int = MAX_ANSWER,
     ) -> None:
         if isinstance(endpoints, str):
@@ -564,7 +565,14 @@ class Etcd:
             endpoint, path, data, headers, deadline=deadline, max_answer=self._max_answer
         )
         url = endpoint.url
-        answer = decode(url, path, status, content)
+        try:
+            answer = decode(url, path, status, content)
+        except EtcdAuthError:
+            raise
+        except EtcdError as e:
+            # Not etcd's JSON (a broken or hostile server): a read may be asked elsewhere, a
+            # write may have been applied.
+            raise MaybeSent(str(e)) from None
         if path == "/v3/lease/keepalive":
             # A streaming call: its one line is {"result": ...} or {"error": {...}}.
             if not isinstance(answer.get("result"), dict):
@@ -594,7 +602,8 @@ class Etcd:
             if self._token is not None and self._token != rejected:
                 return self._token  # another task renewed it meanwhile
             assert self._password is not None
-            data = json.dumps({"name": self._user, "password": self._password}).encode()
+            password = self._password if isinstance(self._password, str) else self._password()
+            data = json.dumps({"name": self._user, "password": password}).encode()
             self._requests += 1
             try:
                 status, content = await self._pool.request(

@@ -369,6 +369,8 @@ class Connection:
                 return sock.recv(_RECV)
             except _WOULD_BLOCK_READ:
                 await trio.lowlevel.wait_readable(sock)
+            except ssl.SSLWantWriteError:  # TLS needs to write first (a key update)
+                await trio.lowlevel.wait_writable(sock)
             except OSError as e:
                 if _cert_refused(e):
                     raise NotSent(transport_cause(e)) from None

@@ -54,6 +54,8 @@ OUT_OF_RANGE: Final = 11
 UNAVAILABLE: Final = 14
 UNAUTHENTICATED: Final = 16
 _COMPACTED_MESSAGE: Final = "required revision has been compacted"
+#: etcd 3.4's gateway, with --client-cert-auth, to a certificate with a Common Name.
+_COMMON_NAME_REFUSED: Final = b"CommonName of client sending a request against gateway"
 _LEASE_NOT_FOUND_MESSAGE: Final = "requested lease not found"
 #: etcd's words when a token must be renewed: it expired or was revoked (a user's password
 #: changed, auth was disabled and enabled), or it was issued before a change of the auth
@@ -62,8 +64,8 @@ _RENEW_MESSAGES: Final = ("invalid auth token", "revision of auth store is old")
 #: etcd's words of an auth refusal that no renewal cures.
 _AUTH_MESSAGES: Final = {
     "authentication failed": "wrong user name or password (etcd_user, etcd_password_file)",
-    "permission denied": "the etcd user lacks the permission (grant its role readwrite on "
-    "the group's prefix, docs/replication.md)",
+    "permission denied": "the etcd user (etcd_user, or none given) lacks the permission: "
+    "grant its role readwrite on the group's prefix (docs/replication.md)",
     "user name is empty": "etcd requires authentication (set etcd_user and etcd_password_file)",
     "authentication is not enabled": "etcd_user is set but etcd's authentication is not "
     "enabled (etcdctl auth enable), so every client could write the group's log",
@@ -285,7 +287,8 @@ def prefix_end(prefix: bytes) -> bytes:
 
 
 def b64(text: str | None) -> bytes:
-    return base64.b64decode(text) if text else b""
+    # validate: anything but the base64 alphabet is an error, not silently dropped.
+    return base64.b64decode(text, validate=True) if text else b""
 
 
 def b64s(data: bytes) -> str:
@@ -316,6 +319,13 @@ def decode(endpoint: str, path: str, status: int, content: bytes) -> dict[str, A
     try:
         answer = json.loads(content)
     except (ValueError, RecursionError):  # RecursionError: nesting too deep for the parser
+        if status == 400 and _COMMON_NAME_REFUSED in content:
+            raise EtcdAuthError(
+                f"etcd at {endpoint}: {path}: etcd's gateway refuses a client certificate "
+                "that has a Common Name: issue the replicas' certificate with a subject "
+                "alternative name only (docs/replication.md)",
+                endpoint=endpoint,
+            ) from None
         snippet = content[:200].decode("utf-8", "replace")
         raise EtcdError(
             f"etcd at {endpoint}: {path} answered HTTP {status} with no JSON: {snippet!r}",

@@ -34,7 +34,9 @@ import trio
 
 from ._etcd_http import Connection, Endpoint, MaybeSent, NotSent, Pool
 from ._etcd_json import (
+    AuthRenew,
     Compacted,
+    EtcdAuthError,
     EtcdUnavailable,
     WatchEvent,
     decode,
@@ -107,7 +109,10 @@ class WatchStream:
                     compact_revision=compact,
                     endpoint=self.url,
                 )
-            reason = result.get("cancel_reason", "no reason given")
+            reason = str(result.get("cancel_reason", "no reason given"))[:1000]
+            error = error_of(self.url, "/v3/watch", {"message": reason}, {})
+            if isinstance(error, AuthRenew | EtcdAuthError):  # a token to renew, or refused
+                raise error
             raise EtcdUnavailable(
                 f"etcd at {self.url} cancelled the watch: {reason}", endpoint=self.url
             )
