@@ -177,6 +177,7 @@ def group_run(exe: Path, address: str, pid: int, shape: str, duration: float) ->
 
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.cload import build
+    from lockbench._bigtable import server_args
     from lockbench._spawn import SERVER_ROOT_VARIABLE
     from lockbench.etcd import EtcdCluster
     from lockbench.replicas import ReplicaGroup
@@ -226,11 +227,14 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         os.environ.pop(SERVER_ROOT_VARIABLE, None)
                     with ReplicaGroup(
-                        etcd.urls,
+                        etcd.urls if secure else etcd.endpoints,  # HOST:PORT: older checkouts
                         work / f"r{rnd}-{name}",
                         n=3,
                         group=f"b{rnd}{name}",
-                        extra=tuple(etcd.replica_flags()),
+                        # cload's acquires are never released: one pipelined session
+                        # passes the default 100,000 entries in a window (as cload.py's own
+                        # servers, the limit raised).
+                        extra=(*server_args(), *etcd.replica_flags()),
                     ) as group:
                         group.start()
                         process = group.replicas[0].process
