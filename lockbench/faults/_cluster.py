@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import IO, Final
 
-from .._spawn import spawn_env
+from lockbench._spawn import spawn_env
+
 from ._etcdgw import wait_healthy
 from ._netns import Host, Lab
 

@@ -75,30 +75,63 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    r.add_argument("--system", choices=("lockserver", "etcd"), default="lockserver",
-                   help="our replicated group, or etcd's own lock and KV (the reference)")
+    r.add_argument(
+        "--system",
+        choices=("lockserver", "etcd"),
+        default="lockserver",
+        help="our replicated group, or etcd's own lock and KV (the reference)",
+    )
     r.add_argument("--nodes", type=int, default=3, help="nodes (etcd member + replica each)")
     r.add_argument("--duration", type=float, default=90.0, help="seconds of load")
-    r.add_argument("--nemesis", default="isolate,kill,clock-step",
-                   help="faults to inject, comma-separated, or 'all' (see below); '' for none")
+    r.add_argument(
+        "--nemesis",
+        default="isolate,kill,clock-step",
+        help="faults to inject, comma-separated, or 'all' (see below); '' for none",
+    )
     r.add_argument("--seed", type=int, default=1, help="the schedule's and workloads' seed")
     r.add_argument("--out", required=True, help="directory for the history, logs and report")
     r.add_argument("--warmup", type=float, default=5.0, help="seconds before the first fault")
-    r.add_argument("--cooldown", type=float, default=10.0,
-                   help="seconds without faults at the end (recovery)")
-    r.add_argument("--fault-time", type=_pair, default=(8.0, 14.0), metavar="MIN,MAX",
-                   help="seconds a fault lasts")
-    r.add_argument("--quiet-time", type=_pair, default=(6.0, 10.0), metavar="MIN,MAX",
-                   help="seconds between faults")
-    r.add_argument("--clock-offset", type=float, default=3600.0,
-                   help="seconds a clock fault moves a replica's clock (sign drawn)")
-    r.add_argument("--loss-percent", type=int, default=100,
-                   help="the 'loss' fault's drop probability in percent")
+    r.add_argument(
+        "--cooldown", type=float, default=10.0, help="seconds without faults at the end (recovery)"
+    )
+    r.add_argument(
+        "--fault-time",
+        type=_pair,
+        default=(8.0, 14.0),
+        metavar="MIN,MAX",
+        help="seconds a fault lasts",
+    )
+    r.add_argument(
+        "--quiet-time",
+        type=_pair,
+        default=(6.0, 10.0),
+        metavar="MIN,MAX",
+        help="seconds between faults",
+    )
+    r.add_argument(
+        "--clock-offset",
+        type=float,
+        default=3600.0,
+        help="seconds a clock fault moves a replica's clock (sign drawn)",
+    )
+    r.add_argument(
+        "--loss-percent",
+        type=int,
+        default=100,
+        help="the 'loss' fault's drop probability in percent",
+    )
     r.add_argument("--lease-ttl", type=int, default=2, help="the replicas' etcd lease TTL")
-    r.add_argument("--session-max-age", type=float, default=WorkloadSettings().max_age,
-                   help="lock sessions' max age (etcd: the lease TTL)")
-    r.add_argument("--workloads", type=_workloads,
-                   help="NAME=THREADS,... per client host (default: every workload)")
+    r.add_argument(
+        "--session-max-age",
+        type=float,
+        default=WorkloadSettings().max_age,
+        help="lock sessions' max age (etcd: the lease TTL)",
+    )
+    r.add_argument(
+        "--workloads",
+        type=_workloads,
+        help="NAME=THREADS,... per client host (default: every workload)",
+    )
     c = inner.add_parser("check", help="judge history files again", add_help=False)
     c.add_argument("args", nargs=argparse.REMAINDER)
 
@@ -136,8 +169,10 @@ def main(args: argparse.Namespace) -> int:
     print(summary, end="")
     print(f"history: {run.history_path}")
     if bad:
-        print(f"lockbench faults: client workers failed: {bad} (see {config.out}/logs)",
-              file=sys.stderr)
+        print(
+            f"lockbench faults: client workers failed: {bad} (see {config.out}/logs)",
+            file=sys.stderr,
+        )
         return 1
     return 0 if valid else 1
 

@@ -23,7 +23,6 @@ import base64
 import contextlib
 import http.client
 import json
-import socket
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -114,7 +113,9 @@ class EtcdGateway:
             answer = json.loads(raw.decode().splitlines()[0]) if raw.strip() else {}
         except (ValueError, IndexError, UnicodeDecodeError):
             self._next()
-            raise Unknown(f"{host}:{port}{path}: an answer that is not JSON: {raw[:200]!r}") from None
+            raise Unknown(
+                f"{host}:{port}{path}: an answer that is not JSON: {raw[:200]!r}"
+            ) from None
         if isinstance(answer, dict) and "result" in answer and path == "/v3/lease/keepalive":
             answer = answer["result"]
         if not isinstance(answer, dict):
@@ -126,7 +127,9 @@ class EtcdGateway:
             if status >= 500 or code in (4, 14):  # deadline exceeded, unavailable
                 self._next()
                 raise Unknown(f"{host}:{port}{path}: {message}")
-            raise EtcdError(f"{host}:{port}{path}: {message}", code if isinstance(code, int) else None)
+            raise EtcdError(
+                f"{host}:{port}{path}: {message}", code if isinstance(code, int) else None
+            )
         return answer
 
     # --- KV ------------------------------------------------------------------------------------
@@ -153,7 +156,12 @@ class EtcdGateway:
         if expected is None:
             compare = {"key": b64(key), "target": "VERSION", "result": "EQUAL", "version": "0"}
         else:
-            compare = {"key": b64(key), "target": "VALUE", "result": "EQUAL", "value": b64(expected)}
+            compare = {
+                "key": b64(key),
+                "target": "VALUE",
+                "result": "EQUAL",
+                "value": b64(expected),
+            }
         body = {
             "compare": [compare],
             "success": [{"request_put": {"key": b64(key), "value": b64(new)}}],
@@ -192,7 +200,7 @@ def wait_healthy(address: str, timeout: float = 1.0) -> bool:
     try:
         conn.request("GET", "/health")
         answer = json.loads(conn.getresponse().read())
-    except (OSError, ValueError, http.client.HTTPException, socket.timeout):
+    except (OSError, ValueError, http.client.HTTPException):
         return False
     finally:
         conn.close()

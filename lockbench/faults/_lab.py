@@ -32,8 +32,8 @@ import attrs
 
 from ._cluster import Cluster, faketime_library
 from ._history import History, HistoryWriter, Meta, read_history
-from ._netns import BRIDGE_ADDRESS, Lab, inside, refusal
 from ._nemesis import Nemesis, PlannedFault, expand, plan
+from ._netns import BRIDGE_ADDRESS, Lab, inside, refusal
 from ._resource import FencedResource
 from ._worker import JOIN_GRACE, WorkerConfig
 from ._workloads import ETCD_WORKLOADS, LOCKSERVER_WORKLOADS, WorkloadSettings
@@ -67,7 +67,7 @@ class LabConfig:
     loss_percent: int = 100
     lease_ttl: int = 2
     workloads: dict[str, int] | None = None
-    settings: WorkloadSettings = WorkloadSettings()
+    settings: WorkloadSettings = attrs.field(factory=WorkloadSettings)
 
     def validate(self) -> None:
         """ValueError for what cannot run."""
@@ -91,8 +91,10 @@ class LabConfig:
         expand(self.nemesis, self.system)
 
     def chosen_workloads(self) -> dict[str, int]:
-        return dict(self.workloads) if self.workloads is not None else dict(
-            DEFAULT_WORKLOADS[self.system]
+        return (
+            dict(self.workloads)
+            if self.workloads is not None
+            else dict(DEFAULT_WORKLOADS[self.system])
         )
 
     def plan(self, nodes: list[str]) -> tuple[list[PlannedFault], list[str]]:
@@ -225,7 +227,9 @@ def _run_inside(
     with HistoryWriter(parts / "0-controller.jsonl") as writer:
         writer.write(meta)
         resource = FencedResource(BRIDGE_ADDRESS, clock, writer.write).start()
-        nemesis = Nemesis(lab, cluster, clock, writer.write, loss_percent=config.loss_percent, log=log)
+        nemesis = Nemesis(
+            lab, cluster, clock, writer.write, loss_percent=config.loss_percent, log=log
+        )
         workers: dict[str, Any] = {}
         try:
             for i, host in enumerate(lab.clients):
@@ -278,8 +282,9 @@ def _start_worker(
     path.write_text(json.dumps(worker.to_json()))
     log_file = open(parts.parent / "logs" / f"worker-{host.name}.log", "ab")  # noqa: SIM115
     try:
-        return lab.popen(host, [sys.executable, "-m", "lockbench.faults._worker", str(path)],
-                         log=log_file)
+        return lab.popen(
+            host, [sys.executable, "-m", "lockbench.faults._worker", str(path)], log=log_file
+        )
     finally:
         log_file.close()
 

@@ -35,9 +35,9 @@ from typing import Final
 
 import attrs
 
-from ._cluster import ETCD_CLIENT_PORT, Cluster
+from ._cluster import ETCD_CLIENT_PORT, Cluster, Proc
 from ._history import Fault
-from ._netns import Lab, Rules
+from ._netns import Host, Lab, Rules
 
 __all__ = ["KINDS", "REPLICA_ONLY", "Nemesis", "PlannedFault", "plan"]
 
@@ -164,9 +164,9 @@ def _one(
         return PlannedFault(kind, start, end, minority, (minority, majority))
     if kind == "bridge":
         middle = shuffled[0]
-        rest = shuffled[1:]
-        half = len(rest) // 2
-        a, b = tuple(sorted(rest[:half])), tuple(sorted(rest[half:]))
+        others = shuffled[1:]
+        half = len(others) // 2
+        a, b = tuple(sorted(others[:half])), tuple(sorted(others[half:]))
         return PlannedFault(kind, start, end, (middle,), (a, b, (middle,)))
     if kind.startswith("clock"):
         sign = rng.choice((1.0, -1.0))
@@ -217,9 +217,6 @@ class Nemesis:
 
     # --- applying ----------------------------------------------------------------------------
 
-    def _node(self, name: str) -> object:
-        return self.lab.host(name)
-
     def _apply(self, p: PlannedFault) -> None:
         start = self.clock()
         fault = Fault(p.kind, p.targets, start, None, p.detail)
@@ -249,8 +246,8 @@ class Nemesis:
         else:  # plan() only makes known kinds
             raise ValueError(f"unknown fault kind {kind!r}")
 
-    def _procs(self, kind: str, node: str) -> list[object]:
-        procs: list[object] = []
+    def _procs(self, kind: str, node: str) -> list[Proc]:
+        procs: list[Proc] = []
         if not kind.endswith("-etcd") and node in self.cluster.replicas:
             procs.append(self.cluster.replicas[node])
         if not kind.endswith("-replica"):
@@ -275,9 +272,9 @@ class Nemesis:
                 blocked[x].update(others)
         return blocked
 
-    def _side(self, node: str) -> list[object]:
+    def _side(self, node: str) -> list[Host]:
         """The hosts that move with node ``node``: itself and its homed client host."""
-        return [h for h in self.lab.hosts if h.name == node or h.home == node]
+        return [h for h in self.lab.hosts if node in (h.name, h.home)]
 
     def _addresses(self, nodes: set[str]) -> frozenset[str]:
         return frozenset(h.address for n in nodes for h in self.lab.hosts if n in (h.name, h.home))
@@ -286,13 +283,13 @@ class Nemesis:
         for node, unreachable in self._groups_of(groups, bridge).items():
             rules = Rules(blocked=self._addresses(unreachable))
             for host in self._side(node):
-                self.lab.apply(host, rules)  # type: ignore[arg-type]
+                self.lab.apply(host, rules)
 
     def _loss(self, node: str) -> None:
         others = {n.name for n in self.lab.nodes} - {node}
         rules = Rules(lossy=self._addresses(others), loss_percent=self.loss_percent)
         for host in self._side(node):
-            self.lab.apply(host, rules)  # type: ignore[arg-type]
+            self.lab.apply(host, rules)
 
     def _restart_replica(self, node: str) -> None:
         proc = self.cluster.replicas[node]
@@ -331,4 +328,3 @@ class Nemesis:
             self.record(fault)
             self.applied.append(fault)
             self.log(f"{fault.end:7.1f} s  healed {fault.kind}")
-

@@ -252,7 +252,8 @@ class Lab:
         self.prefix = prefix
         self.outer = f"{prefix}{self.run_id}-out"
         self.nodes = [
-            Host(f"n{i}", f"{prefix}{self.run_id}-n{i}", f"{SUBNET}.{i}") for i in range(1, nodes + 1)
+            Host(f"n{i}", f"{prefix}{self.run_id}-n{i}", f"{SUBNET}.{i}")
+            for i in range(1, nodes + 1)
         ]
         self.clients = [
             Host(f"c{i}", f"{prefix}{self.run_id}-c{i}", f"{SUBNET}.{100 + i}", home=f"n{i}")
@@ -311,10 +312,8 @@ class Lab:
         for host in self.hosts:
             _run(["ip", "netns", "add", host.netns])
             veth = f"v{host.name}"
-            _run(
-                ["ip", "-n", out, "link", "add", veth, "type", "veth"]
-                + ["peer", "name", "eth0", "netns", host.netns]
-            )
+            peer = ["peer", "name", "eth0", "netns", host.netns]
+            _run(["ip", "-n", out, "link", "add", veth, "type", "veth", *peer])
             _run(["ip", "-n", out, "link", "set", veth, "master", "br0", "up"])
             _run(["ip", "-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0"])
             _run(["ip", "-n", host.netns, "link", "set", "eth0", "up"])

@@ -9,10 +9,10 @@ Against our group (``system="lockserver"``), through the client library and its 
   ``reg``, held by one session shared by every register client (``lab-register``, kept alive
   by all of them; the data model keeps entries per session, so a shared session is what makes
   a value outlive its writer). The keys change every ``key_period`` seconds (``r<period>.<k>``),
-  as Jepsen's independent keys do, so each key's history stays short enough to check. Read: ``SelectVarValue``; write: ``SetVar(...,
-  allow_duplicates=True)``, which replaces the session's entry in place; cas: ``Assert(Exists
-  (..., value=expected))`` then the same ``SetVar`` -- a cas that finds another value aborts
-  at its ``Assert`` and is ``fail``.
+  as Jepsen's independent keys do, so each key's history stays short enough to check. Read:
+  ``SelectVarValue``; write: ``SetVar(..., allow_duplicates=True)``, which replaces the
+  session's entry in place; cas: ``Assert(Exists(..., value=expected))`` then the same
+  ``SetVar`` -- a cas that finds another value aborts at its ``Assert`` and is ``fail``.
 - ``mutex`` (``client.Mutex``), ``rw`` (``client.ReadWriteLock``, readers and writers) and
   ``semaphore`` (``client.Semaphore``): acquire with a bounded wait, hold for a random while
   (sometimes long, to be caught by a fault), release. Exclusive holders (mutex, rw writers)
@@ -49,7 +49,7 @@ import attrs
 from lockbench.safety import Interval
 
 from ._etcdgw import EtcdError, EtcdGateway, NotSent, Unknown
-from ._history import HistoryWriter, Op
+from ._history import HistoryWriter, Op, Outcome
 from ._resource import ResourceClient
 
 __all__ = ["LOCKSERVER_WORKLOADS", "ETCD_WORKLOADS", "Context", "WorkloadSettings", "run_thread"]
@@ -174,7 +174,7 @@ def _finish(
     ctx: Context,
     proc: Process,
     op: Op,
-    outcome: str,
+    outcome: Outcome,
     *,
     value: Any = None,
     fence: int | None = None,
@@ -224,9 +224,7 @@ def _open_client(ctx: Context) -> Any:
     from client import LockClient, LockClientError
 
     try:
-        return LockClient(
-            servers=[ctx.servers], timeout=ctx.settings.timeout, connect_timeout=1.0
-        )
+        return LockClient(servers=[ctx.servers], timeout=ctx.settings.timeout, connect_timeout=1.0)
     except LockClientError:
         ctx.pause(0.3)
         return None
@@ -257,7 +255,7 @@ def _register_statements(f: str, key: str, value: Any) -> list[Any]:
     ]
 
 
-def _classify(exc: BaseException) -> str:
+def _classify(exc: BaseException) -> Outcome:
     """The outcome a client exception means: fail (certainly not executed) or unknown."""
     from client import ClientClosed, ServerError, ServerUnavailable
 
@@ -282,18 +280,22 @@ def _lockserver_register(ctx: Context, proc: Process, rng: random.Random) -> Non
                 client = _open_client(ctx)
                 if client is None:
                     continue
-                session = client.session(
-                    max_age=s.register_max_age, session_id=REGISTER_SESSION
-                )
+                session = client.session(max_age=s.register_max_age, session_id=REGISTER_SESSION)
             assert session is not None
             f, key, value = _register_ops(ctx, rng)
             op = _start(ctx, proc, "register", f, key, value)
             try:
                 result = session.execute(NAMESPACE, _register_statements(f, key, value))
             except LockClientError as exc:
-                outcome = "fail" if f == "read" else _classify(exc)
-                _finish(ctx, proc, op, outcome, error=f"{type(exc).__name__}: {exc}",
-                        keep_value=f != "read")
+                outcome: Outcome = "fail" if f == "read" else _classify(exc)
+                _finish(
+                    ctx,
+                    proc,
+                    op,
+                    outcome,
+                    error=f"{type(exc).__name__}: {exc}",
+                    keep_value=f != "read",
+                )
             else:
                 node = f"{client.host}:{client.port}"
                 if f == "read" and result.ok:
@@ -311,7 +313,9 @@ def _lockserver_register(ctx: Context, proc: Process, rng: random.Random) -> Non
             client.close()  # never end the shared session: the registers live in it
 
 
-def _lock_object(kind: str, session: Any, rng: random.Random, s: WorkloadSettings) -> tuple[Any, str, str, int | None]:
+def _lock_object(
+    kind: str, session: Any, rng: random.Random, s: WorkloadSettings
+) -> tuple[Any, str, str, int | None]:
     """A fresh lock object for one acquire: (object, lock name, mode, capacity)."""
     from client import Mutex, ReadWriteLock, Semaphore
 
@@ -387,9 +391,14 @@ def _lockserver_locks(ctx: Context, proc: Process, rng: random.Random, kind: str
             mono = time.monotonic()  # first: the guarantee is then early, never late
             valid_until = mono + lock.valid_for() - ctx.origin
             _finish(
-                ctx, proc, op, "ok",
+                ctx,
+                proc,
+                op,
+                "ok",
                 value={"mode": mode, "valid_until": valid_until},
-                fence=lock.fence, node=node, keep_value=False,
+                fence=lock.fence,
+                node=node,
+                keep_value=False,
             )
             exclusive = resource if mode == "w" else None
             _critical_section(ctx, proc, rng, exclusive, name, mode, lock.fence, capacity)
@@ -402,7 +411,10 @@ def _lockserver_locks(ctx: Context, proc: Process, rng: random.Random, kind: str
                 _finish(ctx, proc, release, _classify(exc), error=f"{type(exc).__name__}: {exc}")
             else:
                 _finish(
-                    ctx, proc, release, "ok" if released else "fail",
+                    ctx,
+                    proc,
+                    release,
+                    "ok" if released else "fail",
                     fence=lock.fence if released else None,
                     node=f"{client.host}:{client.port}",
                     error="" if released else "not held",
@@ -420,7 +432,7 @@ def _lockserver_locks(ctx: Context, proc: Process, rng: random.Random, kind: str
 # --- etcd ------------------------------------------------------------------------------------
 
 
-def _etcd_outcome(exc: BaseException) -> str:
+def _etcd_outcome(exc: BaseException) -> Outcome:
     return "fail" if isinstance(exc, NotSent | EtcdError) else "unknown"
 
 
@@ -446,12 +458,25 @@ def _etcd_register(ctx: Context, proc: Process, rng: random.Random) -> None:
                 else:
                     expected, new = value
                     done = gw.cas(path, str(expected).encode(), str(new).encode())
-                    _finish(ctx, proc, op, "ok" if done else "fail", node=node,
-                            error="" if done else "compare failed")
+                    _finish(
+                        ctx,
+                        proc,
+                        op,
+                        "ok" if done else "fail",
+                        node=node,
+                        error="" if done else "compare failed",
+                    )
             except (NotSent, Unknown, EtcdError) as exc:
-                outcome = "fail" if f == "read" else _etcd_outcome(exc)
-                _finish(ctx, proc, op, outcome, node=node, error=f"{type(exc).__name__}: {exc}",
-                        keep_value=f != "read")
+                outcome: Outcome = "fail" if f == "read" else _etcd_outcome(exc)
+                _finish(
+                    ctx,
+                    proc,
+                    op,
+                    outcome,
+                    node=node,
+                    error=f"{type(exc).__name__}: {exc}",
+                    keep_value=f != "read",
+                )
             ctx.pause(rng.random() * s.register_think)
     finally:
         gw.close()
@@ -541,8 +566,14 @@ def _etcd_mutex(ctx: Context, proc: Process, rng: random.Random) -> None:
             try:
                 key = gw.lock(f"lab/lock/{name}", lease_id, timeout=s.acquire_wait)
             except (NotSent, Unknown, EtcdError) as exc:
-                _finish(ctx, proc, op, _etcd_outcome(exc), node=node,
-                        error=f"{type(exc).__name__}: {exc}")
+                _finish(
+                    ctx,
+                    proc,
+                    op,
+                    _etcd_outcome(exc),
+                    node=node,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
                 lease.drop(gw)  # whatever it may hold goes with its lease
                 continue
             valid_until = lease.valid_until
@@ -553,19 +584,41 @@ def _etcd_mutex(ctx: Context, proc: Process, rng: random.Random) -> None:
             if not fence:
                 # Granted, but the key (and so the lock) is gone already, or its revision
                 # could not be read: no critical section without a fence.
-                _finish(ctx, proc, op, "ok", value={"mode": "w", "valid_until": valid_until},
-                        node=node, error="granted; its key could not be read", keep_value=False)
+                _finish(
+                    ctx,
+                    proc,
+                    op,
+                    "ok",
+                    value={"mode": "w", "valid_until": valid_until},
+                    node=node,
+                    error="granted; its key could not be read",
+                    keep_value=False,
+                )
                 lease.drop(gw)
                 continue
-            _finish(ctx, proc, op, "ok", value={"mode": "w", "valid_until": valid_until},
-                    fence=fence, node=node, keep_value=False)
+            _finish(
+                ctx,
+                proc,
+                op,
+                "ok",
+                value={"mode": "w", "valid_until": valid_until},
+                fence=fence,
+                node=node,
+                keep_value=False,
+            )
             _critical_section(ctx, proc, rng, resource, name, "w", fence, None)
             release = _start(ctx, proc, "mutex", "release", name, {"mode": "w"})
             try:
                 gw.unlock(key)
             except (NotSent, Unknown, EtcdError) as exc:
-                _finish(ctx, proc, release, _etcd_outcome(exc), node=gw.endpoint,
-                        error=f"{type(exc).__name__}: {exc}")
+                _finish(
+                    ctx,
+                    proc,
+                    release,
+                    _etcd_outcome(exc),
+                    node=gw.endpoint,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
                 lease.drop(gw)
             else:
                 _finish(ctx, proc, release, "ok", fence=fence, node=gw.endpoint)
@@ -577,7 +630,9 @@ def _etcd_mutex(ctx: Context, proc: Process, rng: random.Random) -> None:
         gw.close()
 
 
-def start_threads(ctx: Context, workloads: dict[str, int], errors: list[str]) -> list[threading.Thread]:
+def start_threads(
+    ctx: Context, workloads: dict[str, int], errors: list[str]
+) -> list[threading.Thread]:
     """Start ``workloads`` ({name: threads}) on ``ctx``; a thread that dies of a bug appends
     its error to ``errors``."""
 
@@ -592,8 +647,12 @@ def start_threads(ctx: Context, workloads: dict[str, int], errors: list[str]) ->
     threads = []
     for workload, count in workloads.items():
         for index in range(count):
-            t = threading.Thread(target=body, args=(workload, index), daemon=True,
-                                 name=f"{ctx.name}-{workload}{index}")
+            t = threading.Thread(
+                target=body,
+                args=(workload, index),
+                daemon=True,
+                name=f"{ctx.name}-{workload}{index}",
+            )
             t.start()
             threads.append(t)
     return threads

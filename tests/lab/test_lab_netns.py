@@ -67,7 +67,9 @@ while True:
 
 
 def _pids(netns: str) -> list[int]:
-    out = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ip", "netns", "pids", netns], capture_output=True, text=True, check=True
+    ).stdout
     return [int(x) for x in out.split()]
 
 
@@ -77,12 +79,17 @@ def lab() -> Iterator[Lab]:
         yield created
 
 
-def _probe(lab: Lab, host_name: str, address: str, port: int, rounds: int, uid: int | None = None) -> subprocess.Popen[bytes]:
+def _probe(
+    lab: Lab, host_name: str, address: str, port: int, rounds: int, uid: int | None = None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         ["ip", "netns", "exec", lab.host(host_name).netns]
         + (
             [
-                "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
                 "--inh-caps=+dac_override,+dac_read_search",
                 "--ambient-caps=+dac_override,+dac_read_search",
             ]

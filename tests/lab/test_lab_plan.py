@@ -101,7 +101,7 @@ def test_expand_all_and_what_etcd_leaves_out() -> None:
 
 def test_an_unknown_nemesis_is_refused_with_the_known_ones() -> None:
     """A typo names every known kind."""
-    with pytest.raises(ValueError, match="unknown nemesis 'isolat'.*isolate"):
+    with pytest.raises(ValueError, match=r"unknown nemesis 'isolat'.*isolate"):
         expand(["isolat"], "lockserver")
 
 

@@ -131,7 +131,7 @@ def test_concurrent_writers_get_decisions_in_record_order(
     highest: int | None = None
     for r in records:
         assert r.highest == highest
-        assert r.accepted == (highest is None or r.fence is not None and r.fence >= highest)
+        assert r.accepted == (highest is None or (r.fence is not None and r.fence >= highest))
         if r.accepted:
             highest = r.fence
 

@@ -130,8 +130,9 @@ def test_register_keys_change_with_the_period(tmp_path: Path, lockserver: list[s
     """Every key_period seconds the workload moves to fresh registers (``r<period>.<k>``),
     ``keys`` at a time, so no key's history grows without bound."""
     settings = WorkloadSettings(register_think=0.002, key_period=0.4, keys=2)
-    history = _run(tmp_path, "lockserver", {"register": 1}, servers=lockserver, seconds=1.5,
-                   settings=settings)
+    history = _run(
+        tmp_path, "lockserver", {"register": 1}, servers=lockserver, seconds=1.5, settings=settings
+    )
     keys = {o.key for o in history.ops}
     periods = {k.split(".")[0] for k in keys}
     assert len(periods) >= 3
