@@ -49,6 +49,18 @@ def _pair(text: str) -> tuple[float, float]:
     return a, b
 
 
+def _offset(text: str) -> tuple[float, int]:
+    """``3600`` (direction drawn per fault), ``+3600`` or ``-3600`` (always that way)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if seconds == 0:
+        raise argparse.ArgumentTypeError("a clock offset of 0 is no fault")
+    sign = 0 if text.strip()[0] not in "+-" else (1 if seconds > 0 else -1)
+    return abs(seconds), sign
+
+
 def _workloads(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for item in text.split(","):
@@ -110,9 +122,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     r.add_argument(
         "--clock-offset",
-        type=float,
-        default=3600.0,
-        help="seconds a clock fault moves a replica's clock (sign drawn)",
+        type=_offset,
+        default=(3600.0, 0),
+        help="seconds a clock fault moves a replica's clock: 3600 (forward or back, drawn), "
+        "+3600 or -3600 (always that way)",
     )
     r.add_argument(
         "--loss-percent",
@@ -152,7 +165,8 @@ def main(args: argparse.Namespace) -> int:
         cooldown=args.cooldown,
         fault_time=args.fault_time,
         quiet_time=args.quiet_time,
-        clock_offset=args.clock_offset,
+        clock_offset=args.clock_offset[0],
+        clock_sign=args.clock_offset[1],
         loss_percent=args.loss_percent,
         lease_ttl=args.lease_ttl,
         workloads=args.workloads,

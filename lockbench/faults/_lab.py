@@ -64,6 +64,7 @@ class LabConfig:
     fault_time: tuple[float, float] = (8.0, 14.0)
     quiet_time: tuple[float, float] = (6.0, 10.0)
     clock_offset: float = 3600.0
+    clock_sign: int = 0  # 0: each clock fault's direction drawn; +1 / -1: always that way
     loss_percent: int = 100
     lease_ttl: int = 2
     workloads: dict[str, int] | None = None
@@ -110,6 +111,7 @@ class LabConfig:
             fault_time=self.fault_time,
             quiet_time=self.quiet_time,
             clock_offset=self.clock_offset,
+            clock_sign=self.clock_sign,
         )
         return faults, left_out
 
@@ -217,6 +219,7 @@ def _run_inside(
             "workloads": workloads,
             "workload_settings": config.settings.to_json(),
             "clock_offset": config.clock_offset,
+            "clock_sign": config.clock_sign,
             "loss_percent": config.loss_percent,
             "replica_lease_ttl": config.lease_ttl,
             "lab": lab.run_id,

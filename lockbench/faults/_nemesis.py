@@ -117,10 +117,12 @@ def plan(
     fault_time: tuple[float, float] = (8.0, 14.0),
     quiet_time: tuple[float, float] = (6.0, 10.0),
     clock_offset: float = 3600.0,
+    clock_sign: int = 0,
 ) -> list[PlannedFault]:
     """The faults of a run, one at a time between ``warmup`` and ``duration - cooldown``,
     deterministic for a seed. Every kind appears once per round (rounds shuffled). At least
-    one fault when any fits; none when ``kinds`` is empty."""
+    one fault when any fits; none when ``kinds`` is empty. Clock faults move a clock by
+    ``clock_offset`` seconds, forward or back as drawn (``clock_sign`` 0) or as told (+1, -1)."""
     if not kinds:
         return []
     if len(nodes) < 2:
@@ -142,7 +144,7 @@ def plan(
             queue = list(kinds)
             rng.shuffle(queue)
         kind = queue.pop(0)
-        out.append(_one(kind, list(nodes), t, t + length, rng, clock_offset))
+        out.append(_one(kind, list(nodes), t, t + length, rng, clock_offset, clock_sign))
         t += length + rng.uniform(*quiet_time)
         if t >= end:
             break
@@ -150,7 +152,13 @@ def plan(
 
 
 def _one(
-    kind: str, nodes: list[str], start: float, end: float, rng: random.Random, offset: float
+    kind: str,
+    nodes: list[str],
+    start: float,
+    end: float,
+    rng: random.Random,
+    offset: float,
+    sign: int,
 ) -> PlannedFault:
     shuffled = nodes[:]
     rng.shuffle(shuffled)
@@ -169,8 +177,8 @@ def _one(
         a, b = tuple(sorted(others[:half])), tuple(sorted(others[half:]))
         return PlannedFault(kind, start, end, (middle,), (a, b, (middle,)))
     if kind.startswith("clock"):
-        sign = rng.choice((1.0, -1.0))
-        return PlannedFault(kind, start, end, (shuffled[0],), offset=sign * offset)
+        drawn = rng.choice((1, -1))
+        return PlannedFault(kind, start, end, (shuffled[0],), offset=(sign or drawn) * offset)
     return PlannedFault(kind, start, end, (shuffled[0],))
 
 

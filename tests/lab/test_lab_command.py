@@ -57,6 +57,13 @@ def test_a_machine_that_cannot_run_the_lab_is_told_why_in_one_line(
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.parametrize(
+    ("text", "parsed"), [("3600", (3600.0, 0)), ("+60", (60.0, 1)), ("-3600", (3600.0, -1))]
+)
+def test_clock_offset_with_a_sign_fixes_the_direction(text: str, parsed: tuple[float, int]) -> None:
+    assert command._offset(text) == parsed
+
+
 def test_the_default_run_is_the_suites_shape() -> None:
     """Without options: our group, 3 nodes, 90 s, isolate + kill + clock-step."""
     config = LabConfig(out=Path("x"))

@@ -123,3 +123,11 @@ def test_rules_render_partition_loss_and_the_etcd_cut() -> None:
     cut = Rules(cut_uid=64001).render()
     assert "meta skuid 64001 tcp dport 2379 ct mark set 0x4c" in cut
     assert cut.count("ct mark 0x4c drop") == 2  # both ways, established connections too
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_clock_direction_can_be_fixed(sign: int) -> None:
+    """clock_sign +1 / -1 moves every clock fault's clock that way (a reproducible scenario)."""
+    faults = plan(["clock-skew", "clock-step"], NODES3, 400, seed=4, clock_sign=sign)
+    assert faults and all(f.offset == sign * 3600 for f in faults)
+    assert all(f.detail.endswith(f"{sign * 3600:+d} s") for f in faults)
