@@ -30,8 +30,6 @@ import time
 from pathlib import Path
 from typing import IO, Final
 
-from lockbench._spawn import spawn_env
-
 from ._etcdgw import wait_healthy
 from ._netns import Host, Lab
 
@@ -246,6 +244,8 @@ class Cluster:
             str(self.lease_ttl),
             *extra,
         ]
+        from lockbench._spawn import spawn_env  # here: it needs the bench extra (psutil)
+
         env = {**spawn_env(), "PYTHONUNBUFFERED": "1"}
         if library is not None:
             env.update(
