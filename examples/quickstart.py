@@ -1,6 +1,6 @@
 """Quick start: start a lockserver, show a client taking the seed's MDS locks, keep serving.
 
-Run from the repository root after ``pip install -e .``::
+Run from the repository root after ``pip install .`` (or ``pip install -e .``)::
 
     .venv/bin/python examples/quickstart.py          # serves until Ctrl-C
     .venv/bin/python examples/quickstart.py --once   # exits after the demo (used by tests)
@@ -74,7 +74,10 @@ def main() -> int:
     parser.add_argument("--once", action="store_true", help="exit after the demo")
     args = parser.parse_args()
     server = subprocess.Popen(
-        [sys.executable, "-m", "lockserver", "--port", str(args.port), "--log-level", "WARNING"],
+        # -P: the installed lockserver (compiled by pip install .), not the checkout's sources
+        # that -m would find first in the working directory.
+        [sys.executable, "-P", "-m", "lockserver", "--port", str(args.port)]
+        + ["--log-level", "WARNING"],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import trio
@@ -29,6 +30,19 @@ settings.load_profile("lockserver")
 #: Set by scripts/test.py for the pure half of its run: the tests marked
 #: ``build_independent`` run in the compiled half only, since their outcome cannot differ.
 SKIP_ONCE = "LOCKSERVER_TEST_SKIP_BUILD_INDEPENDENT"
+
+
+#: Folders of tests/ whose tests share state of the host beyond ports and temporary files
+#: (network namespaces, nftables tables, the addresses inside them): under pytest-xdist
+#: (scripts/test.py) one worker runs all of a folder's tests, one after the other.
+HOST_STATE_FOLDERS = {"lab": "host-network"}
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Group the tests of ``HOST_STATE_FOLDERS`` on one xdist worker."""
+    parts = Path(str(item.path)).relative_to(Path(__file__).parent).parts
+    if len(parts) > 1 and parts[0] in HOST_STATE_FOLDERS:
+        item.add_marker(pytest.mark.xdist_group(HOST_STATE_FOLDERS[parts[0]]))
 
 
 @pytest.hookimpl(trylast=True)
