@@ -39,6 +39,18 @@ def pure_forced() -> bool:
     return os.environ.get(PURE_VARIABLE, "").strip() not in ("", "0")
 
 
+def _asked_for_editable() -> bool:
+    """Whether this call comes from the PEP 660 hook ``get_requires_for_build_editable``.
+    hatchling asks a build hook for its dependencies without saying which build they are for,
+    so the caller's frame is the only place that says it."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "get_requires_for_build_editable":
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
 class CompiledWheelHook(BuildHookInterface):  # type: ignore[type-arg]
     """Compiles the hot modules into a standard wheel, or says in one line why not."""
 
@@ -46,8 +58,10 @@ class CompiledWheelHook(BuildHookInterface):  # type: ignore[type-arg]
 
     def dependencies(self) -> list[str]:
         """mypy (mypyc), setuptools (its extension build) and the runtime dependencies (which
-        mypy reads while it type-checks), unless the pure wheel is forced."""
-        if pure_forced():
+        mypy reads while it type-checks), unless the pure wheel is forced or the front end asks
+        for an editable install's requirements (never compiled: installing mypy and the rest
+        into pip's build environment would cost an editable install ~8 s for nothing)."""
+        if pure_forced() or _asked_for_editable():
             return []
         return ["mypy>=1.10", "setuptools>=70", *self.metadata.core.dependencies]
 

@@ -68,6 +68,10 @@ def demo(host: str, port: int) -> None:
         )
 
 
+#: The server's log level in the demo: its warnings only.
+QUIET = ("--log-level", "WARNING")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=7400)
@@ -76,8 +80,7 @@ def main() -> int:
     server = subprocess.Popen(
         # -P: the installed lockserver (compiled by pip install .), not the checkout's sources
         # that -m would find first in the working directory.
-        [sys.executable, "-P", "-m", "lockserver", "--port", str(args.port)]
-        + ["--log-level", "WARNING"],
+        [sys.executable, "-P", "-m", "lockserver", "--port", str(args.port), *QUIET],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -46,15 +46,19 @@ WHEEL = "LOCKSERVER_TEST_COMPILED_WHEEL"
 
 
 def _parallel(args: list[str]) -> list[str]:
-    """``-n <CPUs> --dist loadgroup`` unless the caller chose the workers or the plugin."""
-    chosen = any(
-        a in ("-n", "--numprocesses", "no:xdist", "--dist")
-        or a.startswith(("-n", "--numprocesses=", "--dist="))
-        for a in args
-    )
-    if chosen:
+    """The workers (``-n``: ``LOCKSERVER_TEST_WORKERS``, else one per CPU) and
+    ``--dist loadgroup``, each unless the caller chose it or disabled the plugin."""
+    if "no:xdist" in args:
         return []
-    return ["-n", str(max(1, os.cpu_count() or 1)), "--dist", "loadgroup"]
+    added = []
+    if not any(
+        a in ("-n", "--numprocesses") or a.startswith(("-n", "--numprocesses=")) for a in args
+    ):
+        workers = os.environ.get("LOCKSERVER_TEST_WORKERS") or str(max(1, os.cpu_count() or 1))
+        added += ["-n", workers]
+    if not any(a == "--dist" or a.startswith("--dist=") for a in args):
+        added += ["--dist", "loadgroup"]
+    return added
 
 
 def pytest(build: str, args: list[str], env: dict[str, str]) -> int:
