@@ -27,9 +27,14 @@ from lockserver._build import build
 settings.register_profile("lockserver", deadline=None)
 settings.load_profile("lockserver")
 
-#: Set by scripts/test.py for the pure half of its run: the tests marked
-#: ``build_independent`` run in the compiled half only, since their outcome cannot differ.
+#: Set by scripts/test.py for the pure half of its run: the tests marked ``build_independent``
+#: or ``one_build`` run in the compiled half only.
 SKIP_ONCE = "LOCKSERVER_TEST_SKIP_BUILD_INDEPENDENT"
+#: ``build_independent``: they read only the sources (lint, types) or build and install their
+#: own wheels, so they cannot tell the builds apart. ``one_build``: long system tests whose
+#: subject is the system around the server (etcd, the network, processes); the rest of the
+#: suite pins both builds' behaviour equal, so running them twice would test the same thing.
+ONCE_MARKERS = ("build_independent", "one_build")
 
 
 #: Folders of tests/ whose tests share state of the host beyond ports and temporary files
@@ -45,18 +50,20 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.xdist_group(HOST_STATE_FOLDERS[parts[0]]))
 
 
+def _once(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(name) for name in ONCE_MARKERS)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``LOCKSERVER_TEST_SKIP_BUILD_INDEPENDENT=1``, deselect the ``build_independent``
-    tests: they read only the sources (lint, types, the import graph) or build and install
-    their own wheels, so they cannot tell the builds apart, and the other half of
-    scripts/test.py runs them."""
+    """With ``LOCKSERVER_TEST_SKIP_BUILD_INDEPENDENT=1``, deselect the tests marked
+    ``build_independent`` or ``one_build``: the other half of scripts/test.py runs them."""
     if os.environ.get(SKIP_ONCE) != "1":
         return
-    once = [item for item in items if item.get_closest_marker("build_independent")]
+    once = [item for item in items if _once(item)]
     if once:
         config.hook.pytest_deselected(items=once)
-        items[:] = [item for item in items if not item.get_closest_marker("build_independent")]
+        items[:] = [item for item in items if not _once(item)]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
