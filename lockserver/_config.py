@@ -38,7 +38,7 @@ import attrs
 from protocol import HEADER_SIZE
 
 from ._auth import SecurityConfigError, TokenSpec, check_tokens, parse_tokens_text, tokens_from_toml
-from ._build import build
+from ._build import DISTRIBUTION, version_line
 from ._etcd_access import etcd_endpoints
 from ._trust import TrustSettings
 
@@ -526,9 +526,17 @@ def server_version() -> str:
     try:
         from importlib.metadata import version
 
-        return version("lockserver")
+        return version(DISTRIBUTION)
     except Exception:  # not installed (PYTHONPATH checkout): say so rather than fail
         return "unknown"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: one line, never wrapped (argparse's own action wraps long text)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> NoReturn:
+        print(version_line(server_version()))
+        parser.exit()
 
 
 def _argument_parser() -> _Parser:
@@ -541,9 +549,7 @@ def _argument_parser() -> _Parser:
         ),
         allow_abbrev=False,
     )
-    p.add_argument(
-        "--version", action="version", version=f"lockserver {server_version()} ({build()} build)"
-    )
+    p.add_argument("--version", action=_VersionAction, nargs=0, help="print the version, the build")
     p.add_argument("--config", metavar="FILE", help=f"TOML settings file (or {ENV_PREFIX}CONFIG)")
     for s in _SETTINGS:
         default: Any = s.field.default
