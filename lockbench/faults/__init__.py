@@ -13,14 +13,22 @@ from ._history import Meta as Meta
 from ._history import Op as Op
 from ._history import ResourceWrite as ResourceWrite
 from ._history import read_history as read_history
+from ._linear import KeyResult as KeyResult
+from ._linear import LinearizabilityResult as LinearizabilityResult
+from ._linear import Witness as Witness
+from ._linear import check_register as check_register
 
 __all__ = [
     "OUTCOMES",
     "Fault",
     "History",
     "HistoryWriter",
+    "KeyResult",
+    "LinearizabilityResult",
     "Meta",
     "Op",
     "ResourceWrite",
+    "Witness",
+    "check_register",
     "read_history",
 ]
