@@ -2,9 +2,18 @@
 faults injected on a schedule, every operation recorded, and the whole history checked.
 
 Importing the package starts nothing; :mod:`lockbench.faults._history` is the history format
-every part reads and writes (docs in its header).
+every part reads and writes (docs in its header). The checkers read a history and judge it:
+:func:`check` (the :class:`Verdict`: linearizability of the register workload, the lock
+rules, availability), :func:`write_report` (summary, timeline, verdict as JSON lines) and
+:func:`check_main` (the body of ``lockbench faults check``).
 """
 
+from ._availability import AvailabilityResult as AvailabilityResult
+from ._availability import Counts as Counts
+from ._availability import FaultWindow as FaultWindow
+from ._availability import Recovery as Recovery
+from ._check_cli import check_main as check_main
+from ._findings import Finding as Finding
 from ._history import OUTCOMES as OUTCOMES
 from ._history import Fault as Fault
 from ._history import History as History
@@ -17,18 +26,38 @@ from ._linear import KeyResult as KeyResult
 from ._linear import LinearizabilityResult as LinearizabilityResult
 from ._linear import Witness as Witness
 from ._linear import check_register as check_register
+from ._locks import GUARANTEE_FIELD as GUARANTEE_FIELD
+from ._locks import LockResult as LockResult
+from ._report import ReportFiles as ReportFiles
+from ._report import write_report as write_report
+from ._verdict import CheckerResult as CheckerResult
+from ._verdict import Verdict as Verdict
+from ._verdict import check as check
 
 __all__ = [
+    "GUARANTEE_FIELD",
     "OUTCOMES",
+    "AvailabilityResult",
+    "CheckerResult",
+    "Counts",
     "Fault",
+    "FaultWindow",
+    "Finding",
     "History",
     "HistoryWriter",
     "KeyResult",
     "LinearizabilityResult",
+    "LockResult",
     "Meta",
     "Op",
+    "Recovery",
+    "ReportFiles",
     "ResourceWrite",
+    "Verdict",
     "Witness",
+    "check",
+    "check_main",
     "check_register",
     "read_history",
+    "write_report",
 ]

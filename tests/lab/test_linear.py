@@ -156,9 +156,7 @@ def test_the_checker_agrees_with_brute_force(history: list[Op]) -> None:
     """On small random histories (valid or not), the search says valid exactly when some
     order of the operations explains them."""
     result = check_register(history)
-    assert (result.verdict == "valid") == brute_force(history), [
-        describe_op(o) for o in history
-    ]
+    assert (result.verdict == "valid") == brute_force(history), [describe_op(o) for o in history]
 
 
 # --- violations built by hand ----------------------------------------------------------------
