@@ -10,8 +10,9 @@ seconds (and so do the pauses between them); every ``--fault-every`` seconds a
 ``--fault-for``-second window makes the operations of ``--fault-share`` of the processes (a
 partition's minority side) time out after ``--timeout`` seconds with an unknown outcome, half
 of those having taken effect and seen by the other processes (these are what make the search
-hard). It prints the history's size and the checker's time, configurations explored and
-rate, per run.
+hard). Per run, it prints the time to read the history file back (the baseline any checker
+pays) and the checker's time, as a ratio to it and as operations per second, with the
+configurations explored; then the process's peak RSS.
 
 Run from the repository root::
 
@@ -25,12 +26,15 @@ Layout: pure Python, single thread; pin it with ``taskset -c 1`` for steady figu
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import resource
+import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from lockbench.faults import Op, check_register
+from lockbench.faults import HistoryWriter, Op, check_register, read_history
 
 
 def simulate(
@@ -135,17 +139,32 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"history: {len(history):,} ops over {span:,.0f} s of lab time, {args.keys} keys, "
         f"{args.processes} processes; outcomes {outcomes}"
     )
-    for run in range(args.repeat):
-        started = time.perf_counter()
-        result = check_register(history)
-        took = time.perf_counter() - started
-        states = sum(k.states for k in result.keys)
-        kept = sum(k.unknown for k in result.keys)
-        pruned = sum(k.pruned for k in result.keys)
-        print(
-            f"run {run + 1}: {result.verdict} in {took:.2f} s ({len(history) / took:,.0f} ops/s), "
-            f"{states:,} states, unknown kept {kept} / pruned {pruned}"
-        )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "history.jsonl")
+        with HistoryWriter(path) as w:
+            for op in history:
+                w.write(op)
+        size = os.path.getsize(path)
+        for run in range(args.repeat):
+            # the baseline: reading the history file back (what any checker must do)
+            started = time.perf_counter()
+            read = read_history(path)
+            reading = time.perf_counter() - started
+            started = time.perf_counter()
+            result = check_register(read.ops)
+            took = time.perf_counter() - started
+            states = sum(k.states for k in result.keys)
+            kept = sum(k.unknown for k in result.keys)
+            pruned = sum(k.pruned for k in result.keys)
+            print(
+                f"run {run + 1}: read {size / 1e6:,.0f} MB in {reading:.2f} s; checked: "
+                f"{result.verdict} in {took:.2f} s ({took / reading:.2f}x the read, "
+                f"{len(history) / took:,.0f} ops/s), {states:,} states, unknown ops kept "
+                f"{kept} / pruned {pruned}"
+            )
+            del read, result
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS {peak:,.0f} MB")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,9 @@ Rules kept, each a violation kind:
   completed before that earlier holder's ``valid_until`` and before the earlier holder even
   sent its release. Both bounds are certain (the grant happened at or before its reply; the
   release cannot have been applied before it was sent), so no false alarm comes from network
-  delay; a guarantee the lab did not record is not judged.
+  delay; a guarantee the lab did not record is not judged. The lab must record every way a
+  holder lets go as a ``release`` op; where it recorded none for a grant, the end of the
+  grant's hold stands in for it (the holder may have ended its session instead).
 - **The resource's own view**: writes it refused are counted (each one is a stale holder the
   fences stopped; not a violation); ``resource-interleaved`` when it accepted writes of one
   grant, then another's, then the first's again (mutual exclusion broken where it matters);
@@ -48,6 +50,7 @@ import attrs
 from lockbench import safety
 from lockbench.safety import EXCLUSIVE, READ, SLOT, Interval
 
+from ._availability import client_of
 from ._findings import Finding, Findings
 from ._history import History, Op, ResourceWrite
 
@@ -114,29 +117,42 @@ def _conflict(a: str | None, b: str | None) -> bool:
 
 
 def _grants(ops: Sequence[Op], holds: Sequence[Interval]) -> dict[str, list[_Grant]]:
-    """Granted acquires by lock, in fence order, with mode, guarantee and release time."""
-    hold_mode = {(h.lock, h.fence): h.mode for h in holds if h.fence is not None}
+    """Granted acquires by lock, in fence order, with mode, guarantee and release time: the
+    holder's first release of the lock after the grant and before its next grant of it; with
+    none recorded, the end of the grant's hold (the holder stopped there and may have let go
+    another way, say by ending its session); with neither, never."""
+    hold_of = {(h.lock, h.fence): h for h in holds if h.fence is not None}
     releases: dict[tuple[str, str], list[float]] = defaultdict(list)
+    granted: dict[tuple[str, str], list[float]] = defaultdict(list)
     for op in ops:
         if op.f == "release":
             releases[op.process, op.key].append(op.invoke)
-    for times in releases.values():
+        elif op.f == "acquire" and op.outcome == "ok" and op.complete is not None:
+            granted[op.process, op.key].append(op.complete)
+    for times in [*releases.values(), *granted.values()]:
         times.sort()
     out: dict[str, list[_Grant]] = defaultdict(list)
     for op in ops:
         if op.f != "acquire" or op.outcome != "ok" or op.fence is None:
             continue
+        assert op.complete is not None
+        hold = hold_of.get((op.key, op.fence))
         mode: str | None = None
         if isinstance(op.value, Mapping) and op.value.get("mode") in (EXCLUSIVE, READ, SLOT):
             mode = op.value["mode"]
-        if mode is None:
-            mode = hold_mode.get((op.key, op.fence))
+        if mode is None and hold is not None:
+            mode = hold.mode
         if mode is None and op.workload == "mutex":
             mode = EXCLUSIVE
-        assert op.complete is not None
         times = releases.get((op.process, op.key), [])
         n = bisect.bisect_left(times, op.complete)
-        released = times[n] if n < len(times) else _INF
+        later = granted[op.process, op.key]
+        m = bisect.bisect_right(later, op.complete)
+        next_grant = later[m] if m < len(later) else _INF
+        if n < len(times) and times[n] < next_grant:
+            released = times[n]
+        else:
+            released = hold.end if hold is not None else _INF
         out[op.key].append(_Grant(op, op.fence, mode, guarantee_of(op), released))
     for grants in out.values():
         grants.sort(key=lambda g: g.fence)
@@ -145,31 +161,35 @@ def _grants(ops: Sequence[Op], holds: Sequence[Interval]) -> dict[str, list[_Gra
 
 def _check_guarantees(grants: Mapping[str, Sequence[_Grant]], found: Findings) -> None:
     for lock, items in sorted(grants.items()):
-        # the latest "still held and guaranteed" instant among earlier grants, by mode
-        best: dict[str, tuple[float, _Grant | None]] = {
-            EXCLUSIVE: (-_INF, None),
-            READ: (-_INF, None),
-        }
+        # per mode and client, the latest "still held and guaranteed" instant of its earlier
+        # grants (a client granted again while it holds is not two holders)
+        best: dict[str, dict[str, tuple[float, _Grant]]] = {EXCLUSIVE: {}, READ: {}}
         for g in items:
             assert g.op.complete is not None
-            for mode, (until, a) in best.items():
-                if a is not None and _conflict(mode, g.mode) and until > g.op.complete:
-                    found.add(
-                        "granted-during-guarantee",
-                        lock,
-                        g.op.complete,
-                        f"{g.op.process} was granted {lock!r} (fence {g.fence}) by "
-                        f"{g.op.complete:.6f}, while {a.op.process} (fence {a.fence}) still "
-                        f"held it with a guarantee until {a.valid_until:.6f} and had not sent "
-                        "its release",
-                        a.op,
-                        g.op,
-                    )
-                    break
+            me = client_of(g.op.process)
+            clash = [
+                (until, a)
+                for mode, clients in best.items()
+                if _conflict(mode, g.mode)
+                for client, (until, a) in clients.items()
+                if client != me and until > g.op.complete
+            ]
+            if clash:
+                until, a = max(clash, key=lambda c: c[0])
+                found.add(
+                    "granted-during-guarantee",
+                    lock,
+                    g.op.complete,
+                    f"{g.op.process} was granted {lock!r} (fence {g.fence}) by "
+                    f"{g.op.complete:.6f}, while {a.op.process} (fence {a.fence}) still held "
+                    f"it with a guarantee until {a.valid_until:.6f} and had not let go",
+                    a.op,
+                    g.op,
+                )
             if g.valid_until is not None and g.mode in best:
                 until = min(g.valid_until, g.released)
-                if until > best[g.mode][0]:
-                    best[g.mode] = (until, g)
+                if until > best[g.mode].get(me, (-_INF, g))[0]:
+                    best[g.mode][me] = (until, g)
 
 
 def _check_grant_fences(grants: Mapping[str, Sequence[_Grant]], found: Findings) -> None:

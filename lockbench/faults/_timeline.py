@@ -196,8 +196,9 @@ def plot_timeline(
         lat.grid(alpha=0.3, which="both")
         rate.set_xlim(start, end)
         if c == cols - 1:
-            rate.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-            lat.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+            for ax in (rate, lat):
+                if ax.get_legend_handles_labels()[0]:  # nothing drawn: no legend (a warning)
+                    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
     bars = fig.add_subplot(grid[2, :])
     scopes = ["no fault", *kinds]

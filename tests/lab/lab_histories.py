@@ -46,6 +46,7 @@ def _register(rng: random.Random, duration: float) -> list[Op]:
         while t < duration:
             key = f"k{rng.randrange(3)}"
             f = rng.choice(["read", "read", "write", "cas"])
+            outcome: Any
             if _isolated(node, t):
                 complete, outcome = t + 1.0, "unknown"
                 point = rng.uniform(t, t + 1.0) if rng.random() < 0.5 else float("inf")
@@ -56,7 +57,7 @@ def _register(rng: random.Random, duration: float) -> list[Op]:
                 point = rng.uniform(t, complete)
             plan.append(
                 (point, Op(f"r{p}", "register", f, key, None, t, complete, outcome, node=node))
-            )  # type: ignore[arg-type]
+            )
             t = complete + rng.uniform(0.01, 0.05)
     state: dict[str, Any] = {}
     last_read: dict[tuple[str, str], Any] = {}
@@ -94,7 +95,7 @@ def _register(rng: random.Random, duration: float) -> list[Op]:
                 outcome,
                 node=op.node,
             )
-        )  # type: ignore[arg-type]
+        )
     return out
 
 
@@ -188,11 +189,11 @@ def lab_history(
     rng = random.Random(seed)
     register = _register(rng, duration)
     if stale_read:
-        writes = sorted(
+        written = sorted(
             (op for op in register if op.f == "write" and op.outcome == "ok" and op.key == "k0"),
             key=lambda op: op.invoke,
         )
-        old = next(op for op in writes if op.invoke > 10.0)
+        old = next(op for op in written if op.invoke > 10.0)
         register.append(Op("r9", "register", "read", "k0", old.value, 50.0, 50.01, "ok", node="n3"))
     ops, holds, writes = _mutex(rng, duration, double_grant)
     meta = Meta(system, NODES, seed, 1000.0, 1.7e9, {"duration": duration})

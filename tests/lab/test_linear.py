@@ -55,7 +55,7 @@ def linearizable(draw: st.DrawFn) -> list[Op]:
         fate = draw(st.sampled_from(["ok", "ok", "ok", "unknown-applied", "unknown-not", "fail"]))
         p = f"p{i}"
         if f == "read":
-            if fate == "ok" or fate == "unknown-applied":
+            if fate in {"ok", "unknown-applied"}:
                 out.append(op(p, "read", state[key], invoke, complete, key=key))
             else:
                 outcome = "fail" if fate == "fail" else "unknown"
@@ -74,7 +74,7 @@ def linearizable(draw: st.DrawFn) -> list[Op]:
             if matches and fate in ("ok", "unknown-applied"):
                 state[key] = new
                 outcome = "ok" if fate == "ok" else "unknown"
-            elif fate == "ok" or fate == "fail":
+            elif fate in {"ok", "fail"}:
                 outcome = "fail"  # found another value, or refused: not taken effect
             else:
                 outcome = "unknown"  # never took effect
@@ -400,7 +400,7 @@ def test_the_time_bound_ends_in_unknown_never_a_pass() -> None:
     def clock() -> float:
         return float(next(ticks))  # one second per look
 
-    history = _hard_history(12) + [op("a", "write", 1, 0, 1, key="y")]
+    history = [*_hard_history(12), op("a", "write", 1, 0, 1, key="y")]
     result = check_register(history, time_limit=3.5, clock=clock)
     assert result.verdict == "unknown"
     reasons = {k.key: k.reason for k in result.keys}
@@ -416,7 +416,7 @@ def test_max_states_must_be_positive() -> None:
 
 def test_an_invalid_key_wins_over_an_unknown_one() -> None:
     """One key invalid, another past its bound: the verdict is invalid."""
-    history = _hard_history(12) + [op("a", "write", 1, 0, 1, key="y")]
+    history = [*_hard_history(12), op("a", "write", 1, 0, 1, key="y")]
     history.append(op("b", "read", 5, 2, 3, key="y"))
     result = check_register(history, max_states=50)
     assert result.verdict == "invalid"
