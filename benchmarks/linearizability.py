@@ -12,13 +12,14 @@ partition's minority side) time out after ``--timeout`` seconds with an unknown 
 of those having taken effect and seen by the other processes (these are what make the search
 hard). Per run, it prints the time to read the history file back (the baseline any checker
 pays) and the checker's time, as a ratio to it and as operations per second, with the
-configurations explored; then the process's peak RSS.
+configurations explored; with ``--report``, the whole verdict's and the report's times once;
+then the process's peak RSS.
 
 Run from the repository root::
 
     python -m benchmarks.linearizability [--ops 20000] [--keys 5] [--processes 10]
         [--seed 1] [--repeat 3] [--fault-every 20] [--fault-for 5] [--timeout 1]
-        [--latency 0.01] [--fault-share 0.5]
+        [--latency 0.01] [--fault-share 0.5] [--report]
 
 Layout: pure Python, single thread; pin it with ``taskset -c 1`` for steady figures.
 """
@@ -34,7 +35,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from lockbench.faults import HistoryWriter, Op, check_register, read_history
+from lockbench.faults import (
+    HistoryWriter,
+    Op,
+    check,
+    check_register,
+    read_history,
+    write_report,
+)
 
 
 def simulate(
@@ -121,6 +129,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=1.0)
     parser.add_argument("--latency", type=float, default=0.01)
     parser.add_argument("--fault-share", type=float, default=0.5)
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="also time the whole verdict (check) and the report (write_report) once",
+    )
     args = parser.parse_args(argv)
     history = simulate(
         args.ops,
@@ -163,6 +176,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{kept} / pruned {pruned}"
             )
             del read, result
+        if args.report:
+            read = read_history(path)
+            started = time.perf_counter()
+            verdict = check(read)
+            checking = time.perf_counter() - started
+            started = time.perf_counter()
+            write_report(read, verdict, os.path.join(tmp, "report"))
+            reporting = time.perf_counter() - started
+            print(
+                f"whole verdict ({verdict.status}) in {checking:.2f} s, report (summary, "
+                f"timeline, verdict.jsonl) in {reporting:.2f} s"
+            )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:,.0f} MB")
 
