@@ -156,7 +156,7 @@ def plot_timeline(
         labelled: set[str] = set()
         for finding in verdict.findings:
             for ax in (rate, lat):
-                ax.axvline(finding.time, color="red", lw=0.6, alpha=0.5)
+                ax.axvline(finding.time, color="red", lw=0.5, alpha=0.35, zorder=1.5)
             if finding.kind not in labelled and len(labelled) < _LABELLED_VIOLATIONS:
                 labelled.add(finding.kind)
                 lat.text(
