@@ -91,6 +91,23 @@ def plot_timeline(
         ax.sharey(rate_axes[0])
     for ax in lat_axes[1:]:
         ax.sharey(lat_axes[0])
+    for ax in lat_axes:
+        ax.set_yscale("log")
+    # Limits are set before anything is drawn, from the data, so autoscaling never runs: a tiny
+    # history (one instant, one latency) would give it a singular range. The y limits are
+    # provisional here and final after the loop; the axes share them across columns.
+    for ax in rate_axes:
+        ax.set_xlim(start, max(end, start + width))
+    highest_rate = 0.0
+    latencies: list[float] = []
+
+    def set_y_limits() -> None:
+        rate_axes[0].set_ylim(0, max(1.0, highest_rate * 1.08))
+        low = max(min(latencies, default=1.0), 1e-3)
+        high = max(max(latencies, default=10.0), low * 4)
+        lat_axes[0].set_ylim(low / 1.5, high * 1.5)
+
+    set_y_limits()
     for c, (history, verdict) in enumerate(zip(histories, verdicts, strict=True)):
         rate, lat = rate_axes[c], lat_axes[c]
         by_workload: dict[str, list[Any]] = defaultdict(list)
@@ -109,6 +126,7 @@ def plot_timeline(
             centers = (edges[:-1] + edges[1:]) / 2
             ok_n, _ = np.histogram(ok_t, bins=edges)
             bad_n, _ = np.histogram(bad_t, bins=edges)
+            highest_rate = max(highest_rate, float(ok_n.max()) / width, float(bad_n.max()) / width)
             rate.plot(centers, ok_n / width, color=wcolors[w], lw=1.2, label=f"{w} ok")
             if bad_n.any():
                 rate.plot(
@@ -131,6 +149,7 @@ def plot_timeline(
                 where = centers[idx[np.r_[0, bounds]]]
                 p50 = [float(np.median(g)) for g in groups]
                 p99 = [float(np.percentile(g, 99)) for g in groups]
+                latencies += [min(p50), max(p99)]
                 lat.plot(where, p50, color=wcolors[w], lw=1.2, label=f"{w} median")
                 lat.plot(where, p99, color=wcolors[w], lw=0.6, alpha=0.7, label=f"{w} p99")
         for ax in (rate, lat):
@@ -186,7 +205,6 @@ def plot_timeline(
         rate.set_title(title, color="red" if verdict.status == "invalid" else "black", fontsize=11)
         rate.set_ylabel(f"operations / s ({width:g} s bins)")
         lat.set_ylabel("latency, ms (log)")
-        lat.set_yscale("log")
         plain = FuncFormatter(lambda v, _: f"{v:g}")
         lat.yaxis.set_major_formatter(plain)
         lat.yaxis.set_minor_formatter(plain)
@@ -194,11 +212,13 @@ def plot_timeline(
         lat.set_xlabel("lab clock, s")
         rate.grid(alpha=0.3)
         lat.grid(alpha=0.3, which="both")
-        rate.set_xlim(start, end)
+
         if c == cols - 1:
             for ax in (rate, lat):
                 if ax.get_legend_handles_labels()[0]:  # nothing drawn: no legend (a warning)
                     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+    set_y_limits()
 
     bars = fig.add_subplot(grid[2, :])
     scopes = ["no fault", *kinds]

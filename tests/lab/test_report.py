@@ -280,3 +280,13 @@ def test_a_history_with_nothing_but_faults_still_gets_a_report(tmp_path: Path) -
     verdict = check(h)
     files = write_report(h, verdict, tmp_path)
     assert "UNKNOWN" in files.summary.read_text() and png_size(files.timeline)[0] > 600
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_tiny_history_draws_without_warnings(tmp_path: Path, n: int) -> None:
+    """One operation (a single instant of lab time) or two with the same latency: the
+    picture's limits come from the data, never a singular range (warnings are errors here)."""
+    ops = tuple(Op(f"p{i}", "register", "write", "k", i, 1.0 + i, 1.1 + i, "ok") for i in range(n))
+    h = History(None, ops, (), (), ())
+    files = write_report(h, check(h), tmp_path)
+    assert png_size(files.timeline)[0] > 600
