@@ -3,10 +3,11 @@
 One column per history (two when the same lab ran against our group and against etcd's lock,
 with shared axes so the columns compare at a glance), two rows in each: **operations per
 second** per workload (succeeded solid, failed or unknown dashed) and **latency** per workload
-(median solid, 99th percentile thin, log scale), over the lab clock. Fault windows are shaded
-in one colour per kind (the legend names the kinds; each window is labelled when there are
-few), violations are red lines with their kind. A bottom row compares the **availability** per
-fault kind (ok / completed) of every history side by side.
+(median solid; 99th percentile thin, where a bin holds enough samples; log scale), over the
+lab clock. Fault windows are shaded in one colour per kind (the legend names the kinds; each
+window is labelled when there are few), violations are red lines with their kind. A bottom
+row compares the **availability** per fault kind (ok / completed) of every history side by
+side.
 
 matplotlib (the ``bench`` extra) is imported lazily with the non-interactive Agg backend.
 """
@@ -26,7 +27,8 @@ from ._verdict import Verdict
 __all__ = ["plot_timeline"]
 
 _STEPS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
-_MAX_BINS = 400
+_MAX_BINS = 150  # a lock workload does a few operations a second: wider bins, steadier lines
+_P99_SAMPLES = 20  # a bin's 99th percentile is drawn only from at least this many samples
 _LABELLED_WINDOWS = 12  # label each window when there are at most this many
 _LABELLED_VIOLATIONS = 6
 
@@ -67,7 +69,7 @@ def plot_timeline(
     import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.patches import Patch
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     if not histories or len(histories) != len(verdicts):
         raise ValueError("one verdict per history, at least one history")
@@ -148,8 +150,11 @@ def plot_timeline(
                 groups = np.split(ms, bounds)
                 where = centers[idx[np.r_[0, bounds]]]
                 p50 = [float(np.median(g)) for g in groups]
-                p99 = [float(np.percentile(g, 99)) for g in groups]
-                latencies += [min(p50), max(p99)]
+                p99 = [
+                    float(np.percentile(g, 99)) if len(g) >= _P99_SAMPLES else math.nan
+                    for g in groups
+                ]
+                latencies += [min(p50), max([*p50, *(x for x in p99 if not math.isnan(x))])]
                 lat.plot(where, p50, color=wcolors[w], lw=1.2, label=f"{w} median")
                 lat.plot(where, p99, color=wcolors[w], lw=0.6, alpha=0.7, label=f"{w} p99")
         for ax in (rate, lat):
@@ -207,7 +212,6 @@ def plot_timeline(
         lat.set_ylabel("latency, ms (log)")
         plain = FuncFormatter(lambda v, _: f"{v:g}")
         lat.yaxis.set_major_formatter(plain)
-        lat.yaxis.set_minor_formatter(plain)
         lat.tick_params(axis="y", which="minor", labelsize=7)
         lat.set_xlabel("lab clock, s")
         rate.grid(alpha=0.3)
@@ -219,6 +223,11 @@ def plot_timeline(
                     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
     set_y_limits()
+    low, high = lat_axes[0].get_ylim()
+    for ax in lat_axes:  # minor labels only when the range is short of two decades
+        ax.yaxis.set_minor_formatter(
+            FuncFormatter(lambda v, _: f"{v:g}") if high / low < 100 else NullFormatter()
+        )
 
     bars = fig.add_subplot(grid[2, :])
     scopes = ["no fault", *kinds]
