@@ -23,6 +23,9 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
 DURATION = 60
 
 
+@pytest.mark.one_build(
+    "a fault-lab run: its subject is the group under faults (netns, etcd, clocks)"
+)
 def test_a_short_lab_run_is_valid(tmp_path: Path) -> None:
     before = {n for n in list_namespaces() if n.startswith(PREFIX)}
     out = tmp_path / "lab"
@@ -78,6 +81,9 @@ def test_a_short_lab_run_is_valid(tmp_path: Path) -> None:
     assert not left
 
 
+@pytest.mark.one_build(
+    "a fault-lab run: its subject is the group under faults (netns, etcd, clocks)"
+)
 @pytest.mark.xfail(
     strict=True,
     reason="issue 29, not fixed in this build: group time is the maximum of the replicas' "
