@@ -473,8 +473,9 @@ def _direct(wire: Any) -> ProtocolError:
 # --- trees --------------------------------------------------------------------------------------
 
 OP_NAMES = (
-    "Abort, And, AnywayContinueAfter, ArrivedBelow, Assert, Block, CountBelow, DeleteVar, Exists, False, If, "
-    "Not, Or, SelectConstantValue, SelectOperatorValue, SelectVarValue, SetVar, True, Waiting, Xor"
+    "Abort, And, AnywayContinueAfter, ArrivedBelow, Assert, Block, CountBelow, DeleteVar, "
+    "Exists, False, If, Not, Or, SelectConstantValue, SelectOperatorValue, SelectVarValue, "
+    "SetVar, True, Waiting, Xor"
 )
 WRAP = "wrap operators in Assert, If, SelectOperatorValue or AnywayContinueAfter"
 
