@@ -340,9 +340,9 @@ def _left(b: DoubleBarrierKind[Any]) -> Op[None]:
 def barrier_wait(b: DoubleBarrierKind[Any], timeout: float | None) -> Op[bool]:
     """A cyclic barrier's ``wait(timeout)``: enter, then leave at once; True once all the
     parties passed. ``timeout`` bounds the wait to enter; the leave that follows waits only for
-    the parties that entered with this one to start leaving too. A party still leaving a
-    previous round (a leave that failed) finishes that first."""
-    if b.held and b._leaving:
+    the parties that entered with this one to start leaving too. A party still in (or leaving)
+    a previous round, whose leave failed, finishes that first."""
+    if b.held:
         yield from leave(b, None)
     if not (yield from enter(b, timeout)):
         return False
