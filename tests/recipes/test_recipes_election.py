@@ -325,3 +325,44 @@ def test_sync_leader_lost_after_operator_release(
         assert e.campaign("again") is not None
         rows = c.holders(NS, ELECTION_VALUE_TABLE).holders
         assert [r.value for r in rows] == ["again"]
+
+
+async def test_a_standby_waiting_longer_than_its_max_age_keeps_its_session(
+    server: RunningServer, clock: trio.testing.MockClock
+) -> None:
+    """A standby whose very first call is its campaign (a fresh session) waits on the server
+    for three times its session's max age: its keepalive runs during that first wait (a
+    parked transaction does not keep a session alive), so the session lives and the campaign
+    is granted when the leader resigns. Trio only: it jumps trio's MockClock, a third of a
+    max age at a time, letting each keepalive ping through."""
+    with trio.fail_after(30):
+        async with (
+            open_lock_client(port=server.port) as c,
+            c.session(max_age=60) as a,
+            c.session(max_age=3) as standby_session,
+        ):
+            leader = AsyncElection(a, NS, "patient")
+            assert await leader.campaign("a")
+            standby = AsyncElection(standby_session, NS, "patient")
+            got: list[int | None] = []
+            async with trio.open_nursery() as n:
+
+                async def wait_for_it() -> None:
+                    got.append(await standby.campaign("b"))
+
+                n.start_soon(wait_for_it)
+                await until(lambda: waiters(server) == 1)
+                for _ in range(9):  # 9 s of waiting, pings every 1 s of idleness
+                    clock.jump(1.0)
+                    await trio.sleep(0.05)
+                    deadline = standby_session._valid_deadline
+                    await until(
+                        lambda: (
+                            standby_session._valid_deadline is not None
+                            and standby_session._valid_deadline > trio.current_time() + 1.5
+                        )
+                    )
+                    assert deadline is None or standby_session._valid_deadline >= deadline
+                await a.execute(NS, [])
+                assert await leader.resign()
+            assert got and got[0] is not None
