@@ -147,6 +147,8 @@ def _leader_process(code: str, *args: str) -> Iterator[subprocess.Popen[str]]:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def _parked(port: int, at_least: int, deadline: float) -> None:
