@@ -84,13 +84,6 @@ def test_a_short_lab_run_is_valid(tmp_path: Path) -> None:
 @pytest.mark.one_build(
     "a fault-lab run: its subject is the group under faults (netns, etcd, clocks)"
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 29, not fixed in this build: group time is the maximum of the replicas' "
-    "wall-clock stamps, so a replica restarted an hour ahead leaps it by an hour and every "
-    "session expires at once, holders still inside their valid_until; the long sitting "
-    "found it in every +3600 s clock-skew window (benchmarks/results/faults/)",
-)
 def test_a_replica_an_hour_ahead_breaks_no_lock(tmp_path: Path) -> None:
     """The regression scenario of the lab's clock finding: one replica restarted with its
     wall clock +1 h, every workload running -- the verdict must be valid (no two holders at
