@@ -80,7 +80,15 @@ from ._group import (
     wire,
 )
 from ._peer import Peer
-from .engine import CoreStatistics, Engine, LockCore, Output, SessionsListing, Visibility
+from .engine import (
+    CoreStatistics,
+    Engine,
+    LockCore,
+    Output,
+    SessionsListing,
+    Visibility,
+    VisibleCounts,
+)
 
 __all__ = ["ReplicaHalted", "ReplicatedDoor", "Replica", "ReplicationSettings", "group_prefix"]
 
@@ -784,11 +792,16 @@ class ReplicatedDoor:
         return self.core.busiest_tables(n, visible=visible)
 
     def subscribe(
-        self, owner: Hashable, request_id: int, namespace: str, table: str | None
+        self,
+        owner: Hashable,
+        request_id: int,
+        namespace: str,
+        table: str | None,
+        principal: str = "",
     ) -> list[Output]:
         r = self.replica
         n = r.number(owner)  # type: ignore[arg-type]
-        r.propose(["s", n, wire(Subscribe(request_id, namespace, table))])
+        r.propose(["s", n, wire(Subscribe(request_id, namespace, table)), principal])
         return []
 
     def unsubscribe(self, owner: Hashable, request_id: int, target: int) -> list[Output]:
@@ -829,6 +842,9 @@ class ReplicatedDoor:
     def uptime(self, now: float) -> float:
         r = self.replica
         return r.state.core.uptime(max(r.state.now, now + r.offset))
+
+    def visible_counts(self, visible: Visibility) -> VisibleCounts:
+        return self.replica.state.core.visible_counts(visible)
 
     def statistics(self, now: float, *, trust: float) -> tuple[CoreStatistics, list[Output]]:
         # As of the applied time: taking the counts changes nothing (every replica's state

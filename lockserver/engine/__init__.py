@@ -7,6 +7,7 @@ from ._core import LockCore as LockCore
 from ._core import Output as Output
 from ._core import SessionsListing as SessionsListing
 from ._core import Visibility as Visibility
+from ._core import VisibleCounts as VisibleCounts
 from ._engine import Engine as Engine
 from ._engine import EngineLimits as EngineLimits
 from ._engine import EngineStatistics as EngineStatistics
@@ -22,6 +23,7 @@ from ._waiting import dependencies as dependencies
 __all__ = [
     "SessionsListing",
     "Visibility",
+    "VisibleCounts",
     "BigTable",
     "BusyTable",
     "CoreStatistics",
