@@ -152,6 +152,8 @@ SERVER_CONFIG_FIELDS = [
     "max_waiting_ops_per_variable",
     "max_waiting_ops_per_session",
     "max_waiting_ops_per_principal",
+    "max_subscriptions",
+    "max_subscriptions_per_principal",
     "busy_poll",
     "http_max_connections",
     "http_max_header",
