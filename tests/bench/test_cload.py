@@ -260,3 +260,24 @@ def test_asking_for_the_other_build_is_refused(
     other = "compiled" if cload.server_build() == "pure" else "pure"
     assert cload.main(["--build", other, "--cache", str(exe.parent)]) == 2
     assert "scripts/mypyc_build.py" in capsys.readouterr().err
+
+
+def test_a_process_that_exits_while_the_threads_are_listed_is_passed_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CPU snapshot around a run lists /proc while processes come and go: a process whose
+    task directory is gone by the time it is read is left out, not an error (CI once failed on
+    exactly this race)."""
+    real_listdir = os.listdir
+    vanished = str(os.getppid())
+
+    def listdir(path: str) -> list[str]:
+        if path == f"/proc/{vanished}/task":
+            raise FileNotFoundError(path)
+        return real_listdir(path)
+
+    monkeypatch.setattr(cload.os, "listdir", listdir)
+    times = cload.task_times(exclude={os.getpid()})
+    pids = {pid for pid, _name, _cpu, _core in times.values()}
+    assert int(vanished) not in pids
+    assert pids, "the other processes are still listed"

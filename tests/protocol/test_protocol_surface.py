@@ -229,6 +229,7 @@ PUBLIC = {
     "Exists",
     "CountBelow",
     "Waiting",
+    "ArrivedBelow",
     "SetVar",
     "DeleteVar",
     "check_value",
