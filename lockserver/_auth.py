@@ -114,6 +114,13 @@ class Principal:
         """True when it may use every namespace (listings then need no filtering)."""
         return self.exact is None
 
+    @property
+    def sees_the_server(self) -> bool:
+        """True when it may read the server-wide counts (``stats``, ``/v1/status``,
+        ``/metrics``): an admin token, or one that may use every namespace. Any other sees
+        the counts of its own namespaces and sessions (docs/security.md)."""
+        return self.admin or self.exact is None
+
     def allows(self, namespace: str) -> bool:
         """True when this principal may run transactions in ``namespace``."""
         if self.exact is None or namespace in self.exact:

@@ -371,6 +371,11 @@ class ServerConfig:
     max_waiting_ops_per_session: int = attrs.field(default=100_000, validator=_int_at_least(1))
     #: Most weight of the transactions one principal has parked.
     max_waiting_ops_per_principal: int = attrs.field(default=10_000_000, validator=_int_at_least(1))
+    #: Most change-feed subscriptions of all connections together; one more: TOO_LARGE.
+    max_subscriptions: int = attrs.field(default=10_000, validator=_int_at_least(1))
+    #: Most change-feed subscriptions of one principal (token), with tokens; one more:
+    #: TOO_LARGE. Without tokens every connection is the same principal: max_subscriptions.
+    max_subscriptions_per_principal: int = attrs.field(default=2_500, validator=_int_at_least(1))
     #: Longest time the poller keeps polling after serving a batch, when traffic is dense
     #: (lockserver._busypoll), in seconds; 0 = always sleep between requests.
     busy_poll: float = attrs.field(

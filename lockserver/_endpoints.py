@@ -20,8 +20,11 @@ the status's busiest tables and longest waits are served through the door by
 
 Rules kept: with tokens configured, the data paths (``/v1/*``, ``/metrics``) need
 ``Authorization: Bearer <token>`` (any configured token; 401 otherwise); the probes and the
-page, which carries no data, do not. Every answer is computed synchronously from figures the
-server keeps anyway: a scrape costs what a ``stats`` request costs plus the rendering.
+page, which carries no data, do not. A token restricted to some namespaces reads its own
+counts in ``/v1/status`` and is refused ``/metrics`` (403), which shows the whole server
+(issue 30, docs/security.md). Every answer is computed synchronously from figures the server
+keeps anyway: a scrape costs what a ``stats`` request costs plus the rendering, once per turn
+of its connection (``_http.py``).
 """
 
 from __future__ import annotations
@@ -74,7 +77,9 @@ def status_page() -> bytes:
 
 
 class Endpoints:
-    """The route table and the answers. ``statistics(now)`` is the shell's statistics map;
+    """The route table and the answers. ``statistics(now, scope)`` is the shell's statistics
+    map (with ``scope``, a principal's own counts); ``scope(principal)`` says whose counts
+    a principal sees (None: the whole server);
     ``shutting_down()`` says whether the server is stopping; ``history`` is sampled by the
     shell's trust ticker; ``collector`` renders ``/metrics``; ``auth`` checks bearer tokens
     (None: no tokens configured, everything is open)."""
@@ -83,7 +88,8 @@ class Endpoints:
         self,
         config: ServerConfig,
         *,
-        statistics: Callable[[float], dict[str, Any]],
+        statistics: Callable[[float, Principal | None], dict[str, Any]],
+        scope: Callable[[Principal], Principal | None],
         shutting_down: Callable[[], bool],
         history: History,
         collector: ServerCollector,
@@ -92,6 +98,7 @@ class Endpoints:
     ) -> None:
         self.config = config
         self._statistics = statistics
+        self._scope = scope
         self._shutting_down = shutting_down
         self.history = history
         self.auth = auth
@@ -150,7 +157,7 @@ class Endpoints:
         return HttpResponse.json(200, {"status": "ok"})
 
     def readyz(self, request: HttpRequest, principal: Principal, now: float) -> HttpResponse:
-        reasons = self.not_ready(self._statistics(now))
+        reasons = self.not_ready(self._statistics(now, None))
         if reasons:
             return HttpResponse.json(503, {"ready": False, "reasons": reasons})
         return HttpResponse.json(200, {"ready": True})
@@ -192,11 +199,13 @@ class Endpoints:
         return reasons
 
     def status(self, request: HttpRequest, principal: Principal, now: float) -> HttpResponse:
-        stats = self._statistics(now)
+        scope = self._scope(principal)
+        stats = self._statistics(now, scope)
         server = stats["server"]
         engine = stats["engine"]
         trust = stats["trust"]
-        reasons = self.not_ready(stats)
+        # Readiness is the whole server's, whoever asks.
+        reasons = self.not_ready(stats if scope is None else self._statistics(now, None))
         uptime = engine["uptime"]
         wall = time.time()  # wall clock: for people, never for arithmetic
         started = wall - uptime
@@ -231,5 +240,11 @@ class Endpoints:
         )
 
     def metrics(self, request: HttpRequest, principal: Principal, now: float) -> HttpResponse:
+        if self._scope(principal) is not None:
+            return HttpResponse.error(
+                403,
+                f"token {principal.name!r} may not read /metrics: it shows the whole server, "
+                "for an admin token or one without a namespace restriction (docs/security.md)",
+            )
         # The classic text format (0.0.4): what every Prometheus and its parsers read.
         return HttpResponse(200, generate_latest(self.registry), CONTENT_TYPE_PLAIN_0_0_4)

@@ -69,7 +69,8 @@ rejected first). Op (a list, first item its kind):
 
 - ``["x", conn, principal, request]`` execute; ``["e", conn, principal, admin, request]`` end;
   ``["c", conn, request]`` cancel; ``["r", conn, request]`` force-release;
-  ``["s", conn, request]`` subscribe; ``["u", conn, request]`` unsubscribe -- ``request`` is
+  ``["s", conn, request, principal]`` subscribe (a log of an older version: without the
+  principal); ``["u", conn, request]`` unsubscribe -- ``request`` is
   the client's request as its protocol wire map (``protocol.request_to_wire``);
 - ``["g", conn]`` the connection closed; ``["b", conn, request id]`` a read barrier (the
   proposer answers a read from its applied state once the barrier is applied: reads never see
@@ -208,6 +209,16 @@ class Genesis:
         return int(self.started_at * 1_000_000)
 
 
+#: The limits of a genesis that are the door's subscription caps (the rest are the
+#: engine's); a genesis written before them has none: the defaults apply.
+FEED_LIMITS: Final = ("max_subscriptions", "max_subscriptions_per_principal")
+
+
+def _feed_limits(genesis: Genesis) -> dict[str, int]:
+    """The subscription caps ``genesis`` fixes, as ``LockCore`` takes them."""
+    return {k: int(v) for k, v in genesis.limits.items() if k in FEED_LIMITS}
+
+
 def encode_ops(ops: list[list[Any]]) -> bytes:
     """An entry's ops as the entry carries them: their msgpack array, deflated."""
     return zlib.compress(pack(ops), 1)
@@ -326,13 +337,15 @@ class GroupState:
 
     def __init__(self, genesis: Genesis) -> None:
         self.genesis = genesis
+        limits = genesis.limits
         self.core: LockCore[Owner] = LockCore(
             started_at=genesis.started_at,
             host="",
             fence_epoch=genesis.fence_base,
-            limits=EngineLimits(**genesis.limits),
+            limits=EngineLimits(**{k: v for k, v in limits.items() if k not in FEED_LIMITS}),
             wait_limits=WaitLimits(**genesis.wait_limits),
             authenticated=genesis.authenticated,
+            **_feed_limits(genesis),
         )
         self.now = genesis.started_at
         self.trust = 1.0
@@ -657,7 +670,9 @@ class GroupState:
             )
         if kind == "s":
             assert type(msg) is Subscribe
-            return core.subscribe(owner, msg.request_id, msg.namespace, msg.table)
+            # The principal came with the op since the subscription caps (none before).
+            principal = str(op[3]) if len(op) > 3 else ""
+            return core.subscribe(owner, msg.request_id, msg.namespace, msg.table, principal)
         if kind == "u":
             assert type(msg) is Unsubscribe
             return core.unsubscribe(owner, msg.request_id, msg.target)
@@ -686,6 +701,8 @@ class GroupState:
             raise SnapshotError(f"snapshot unreadable: {exc}") from exc
         if type(state) is not GroupState:
             raise SnapshotError(f"snapshot holds a {type(state).__name__}, not a GroupState")
+        # The feed's indexes are rebuilt (a snapshot of an older version keeps others).
+        state.core.restored(**_feed_limits(state.genesis))
         return state
 
     def fingerprint(self) -> bytes:

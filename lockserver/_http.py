@@ -20,6 +20,22 @@ Rules kept (issue 16 section 3):
   the client does not read dropped after ``send_timeout``, and at most
   ``http_max_connections`` of them at once. Bad input gets a precise status with a JSON
   ``{"error": ...}`` body and never an exception out of here.
+- **One connection cannot stall the others** (issue 30). Pipelined requests never make a
+  read or a send wait, so a connection that wrote 20,000 ``GET /healthz`` at once was
+  answered whole before anyone else was served (2.3 s). A connection is served in turns of
+  ``TURN_SECONDS`` (2 ms) of work; after each it lets every other task run
+  (:meth:`HttpConnection._next_turn`). The identical requests of one turn (same path, query
+  and ``Authorization``) share the first one's answer, so a costly read (``/metrics``,
+  ``/v1/status``, the page, a listing page) costs once per turn, not once per pipelined
+  copy; it is at most a turn old (the answer of a request pipelined behind the first may miss
+  what changed in those 2 ms).
+- **The probes always get in** (issue 30). At ``http_max_connections`` a new connection
+  takes the slot of the connection that has waited longest -- on its client (an idle
+  kept-alive connection, a request trickling in, a response not read) or for its next turn
+  -- which is closed at once (:meth:`HttpConnection.evict`), as nginx reuses its idle
+  keep-alive connections when it runs out; every connection but the one running is waiting,
+  so a ``/healthz`` probe is answered however the others behave. (``counters.waiting`` holds
+  them, longest-waiting first: O(1) to find.)
 - Only GET and HEAD are served (everything here is read-only); other methods get 405 with
   ``Allow``. A request whose body was not read ends its connection (h11 cannot resync).
 
@@ -40,15 +56,16 @@ import json
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
+from time import perf_counter
 from typing import Any, Final
 
 import attrs
 import h11
 import trio
 
-from ._peer import CLOSE_GRACE, WOULD_BLOCK_READ, WOULD_BLOCK_WRITE, linger
+from ._peer import CLOSE_GRACE, TURN_SECONDS, WOULD_BLOCK_READ, WOULD_BLOCK_WRITE, linger
 
 __all__ = [
     "MAX_BODY",
@@ -73,6 +90,8 @@ MAX_BODY: Final = 4096
 
 _RECV_SIZE: Final = 64 * 1024
 _JSON: Final = "application/json"
+#: Most distinct answers one turn shares (a burst of distinct queries keeps a few, not all).
+_SHARED_ANSWERS: Final = 8
 
 
 def is_http(first_byte: int) -> bool:
@@ -129,15 +148,22 @@ class HttpResponse:
 
 class HttpCounters:
     """What the HTTP face counts, for the statistics and ``/metrics``: connections open now,
-    accepted and refused (``http_max_connections``), and responses by status code."""
+    accepted, evicted and refused (``http_max_connections``), and responses by status code.
 
-    __slots__ = ("accepted", "open", "refused", "responses")
+    ``waiting`` holds the open connections that wait -- on their client (for its next
+    request, the rest of one, to take a response, to close) or for their next turn --
+    longest-waiting first: at the connection limit the first one makes room for a new
+    connection (:meth:`HttpConnection.evict`). Every connection but the one running waits."""
+
+    __slots__ = ("accepted", "evicted", "open", "refused", "responses", "waiting")
 
     def __init__(self) -> None:
         self.open = 0
         self.accepted = 0
+        self.evicted = 0
         self.refused = 0
         self.responses: dict[int, int] = {}
+        self.waiting: dict[HttpConnection, None] = {}
 
     @property
     def requests(self) -> int:
@@ -180,13 +206,51 @@ class HttpConnection:
         self.idle_since = 0.0
         self.eof = False
         self.stopping = False
-        self.waiting: trio.CancelScope | None = None  # the read wait stop() cancels
+        self.evicted = False  # closed to make room for a new connection
+        self.waiting: trio.CancelScope | None = None  # the socket wait stop() cancels
+        self.reading = False  # that wait is for bytes from the client (else: to send)
+        # This connection's turn: when it ends (perf_counter), and the answers given in it,
+        # by what decides an answer (path, query, authorization): shared by the identical
+        # requests pipelined behind the first in the same turn.
+        self.turn_ends = 0.0
+        self.answers: dict[tuple[str, str, str], HttpResponse] = {}
 
     def stop(self) -> None:
         """Close between requests (shutdown): a request being answered is finished first."""
         self.stopping = True
+        if self.waiting is not None and self.reading:
+            self.waiting.cancel()
+
+    def evict(self) -> None:
+        """Close now, to make room at ``http_max_connections``. Only a connection that waits
+        (in ``counters.waiting``: on its client, or for its turn) is evicted, so nothing is
+        being answered: a request it had begun to send, or had pipelined, is dropped
+        unanswered, a response it had not taken whole is cut off."""
+        self.evicted = self.stopping = True
+        self.counters.waiting.pop(self, None)
         if self.waiting is not None:
             self.waiting.cancel()
+
+    async def _wait(
+        self, fd_wait: Callable[[int], Awaitable[None]], deadline: float, *, reading: bool
+    ) -> bool:
+        """Wait for the socket (``trio.lowlevel.wait_readable`` or ``wait_writable``) at
+        most until ``deadline``, among the connections ``counters.waiting`` lists. False:
+        the deadline passed, or (a read wait) a stop, or an eviction came first."""
+        waiting = self.counters.waiting
+        waiting[self] = None  # the longest-waiting first
+        self.reading = reading
+        try:
+            with trio.CancelScope(deadline=deadline) as scope:
+                self.waiting = scope
+                if self.evicted or (reading and self.stopping):
+                    scope.cancel()
+                await fd_wait(self.fd)
+        finally:
+            self.waiting = None
+            waiting.pop(self, None)
+        self._new_turn()
+        return not scope.cancelled_caught
 
     async def serve(self, first: bytes) -> None:
         """Serve requests, starting with the bytes already read (``first``); return when the
@@ -194,6 +258,7 @@ class HttpConnection:
         h = self.h11
         self.began = trio.current_time()
         h.receive_data(first)
+        self._new_turn()
         try:
             while True:
                 try:
@@ -206,6 +271,8 @@ class HttpConnection:
                 await self._reply(response, method)
                 if h.our_state is not h11.DONE or h.their_state is not h11.DONE:
                     break  # HTTP/1.0, Connection: close, or a body left unread
+                if perf_counter() >= self.turn_ends:
+                    await self._next_turn()
                 h.start_next_cycle()
                 self.idle_since = trio.current_time()
                 # A pipelined next request may be buffered already: its clock runs now.
@@ -213,10 +280,45 @@ class HttpConnection:
                 if self.stopping:
                     break
             if not self.eof:
-                with trio.move_on_after(CLOSE_GRACE):
-                    await linger(self.sock, self.buffer)
+                await self._linger()
         except _Close:
             pass
+
+    async def _next_turn(self) -> None:
+        """Let every other task run before this connection's next request. Why: pipelined
+        requests never make a read or a send wait, so without it one connection's burst
+        would be answered whole before anyone else is served. Meanwhile it waits for its
+        turn: it may be evicted (then _Close)."""
+        waiting = self.counters.waiting
+        waiting[self] = None
+        try:
+            await trio.lowlevel.checkpoint()
+        finally:
+            waiting.pop(self, None)
+        self._new_turn()
+        if self.evicted:
+            raise _Close
+
+    async def _linger(self) -> None:
+        """The lingering close (``_peer.linger``), bounded by CLOSE_GRACE; evictable."""
+        waiting = self.counters.waiting
+        waiting[self] = None
+        try:
+            with trio.move_on_after(CLOSE_GRACE) as scope:
+                self.waiting = scope
+                self.reading = True
+                if self.evicted:
+                    scope.cancel()
+                await linger(self.sock, self.buffer)
+        finally:
+            self.waiting = None
+            waiting.pop(self, None)
+
+    def _new_turn(self) -> None:
+        """A turn begins (the connection waited, or let the others run): answers given
+        before are not shared any more."""
+        self.turn_ends = perf_counter() + TURN_SECONDS
+        self.answers.clear()
 
     async def refuse(self, response: HttpResponse) -> None:
         """Answer ``response`` whatever was asked (a refused connection), then close."""
@@ -294,13 +396,21 @@ class HttpConnection:
             slash = target.find("/", target.index("//") + 2)
             target = "/" if slash < 0 else target[slash:]
         path, _, query = target.partition("?")
+        key = (path, query, headers.get("authorization", ""))
+        shared = self.answers.get(key)
+        if shared is not None:
+            return shared
         try:
-            return self.route(HttpRequest(method, path, query, headers), trio.current_time())
+            answer = self.route(HttpRequest(method, path, query, headers), trio.current_time())
         except Exception:  # a bug in an endpoint: this request's 500, nobody else's problem
             log.exception(
                 "http connection %s: internal error serving %s %s", self.name, method, path
             )
             return HttpResponse.error(500, "internal server error (logged)")
+        if len(self.answers) >= _SHARED_ANSWERS:
+            self.answers.clear()
+        self.answers[key] = answer
+        return answer
 
     def _end_if_bodiless(self) -> None:
         """A refused request without a body ends here, so the connection can go on."""
@@ -321,12 +431,8 @@ class HttpConnection:
             deadline = began + limits.request_timeout
         if self.stopping and idle:
             raise _Close
-        data = b""
-        with trio.CancelScope(deadline=deadline) as scope:
-            self.waiting = scope
-            data = await self._recv()
-        self.waiting = None
-        if scope.cancelled_caught:
+        data = await self._recv(deadline)
+        if data is None:
             if idle or self.stopping:
                 raise _Close  # nothing of a request was sent: nothing to answer
             return False
@@ -337,18 +443,22 @@ class HttpConnection:
         self.h11.receive_data(data)
         return True
 
-    async def _recv(self) -> bytes:
+    async def _recv(self, deadline: float) -> bytes | None:
+        """The next received bytes (empty: EOF); None: ``deadline`` passed or a stop came
+        first. Raises _Close on a reset."""
         sock = self.sock
         while True:
             try:
                 return sock.recv(_RECV_SIZE)
             except WOULD_BLOCK_READ:
-                await trio.lowlevel.wait_readable(self.fd)
+                wait = trio.lowlevel.wait_readable
             except ssl.SSLWantWriteError:
-                await trio.lowlevel.wait_writable(self.fd)
+                wait = trio.lowlevel.wait_writable
             except OSError as exc:
                 log.debug("http connection %s: receive failed: %s", self.name, exc)
                 raise _Close from None
+            if not await self._wait(wait, deadline, reading=True):
+                return None
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -387,10 +497,10 @@ class HttpConnection:
             try:
                 n = sock.send(view)
             except WOULD_BLOCK_WRITE:
-                with trio.move_on_after(self.limits.send_timeout) as scope:
-                    await trio.lowlevel.wait_writable(self.fd)
-                if scope.cancelled_caught:
-                    log.info("http connection %s: the client reads nothing, dropped", self.name)
+                deadline = trio.current_time() + self.limits.send_timeout
+                if not await self._wait(trio.lowlevel.wait_writable, deadline, reading=False):
+                    if not self.evicted:
+                        log.info("http connection %s: the client reads nothing, dropped", self.name)
                     raise _Close from None
                 continue
             except OSError as exc:

@@ -375,8 +375,14 @@ class ServerCollector(Collector):
         http = self._http
         yield gauge("lockserver_http_connections", "HTTP connections open.", http.open)
         yield counter(
+            "lockserver_http_connections_evicted",
+            "HTTP connections closed to make room for a new one at http_max_connections "
+            "(the one waiting longest on its client).",
+            http.evicted,
+        )
+        yield counter(
             "lockserver_http_connections_refused",
-            "HTTP connections refused by http_max_connections.",
+            "HTTP connections refused by http_max_connections (none was waiting on its client).",
             http.refused,
         )
         responses = CounterMetricFamily(

@@ -64,12 +64,24 @@ from protocol import Connection, ErrorCode
 
 from ._auth import ANONYMOUS, Principal
 
-__all__ = ["Peer", "Totals", "linger", "CLOSE_GRACE", "WOULD_BLOCK_READ", "WOULD_BLOCK_WRITE"]
+__all__ = [
+    "CLOSE_GRACE",
+    "TURN_SECONDS",
+    "WOULD_BLOCK_READ",
+    "WOULD_BLOCK_WRITE",
+    "Peer",
+    "Totals",
+    "linger",
+]
 
 log = logging.getLogger("lockserver")
 
 #: Bound on draining + lingering for one connection the server closes on purpose.
 CLOSE_GRACE: Final = 0.5
+#: Longest one connection is served (real seconds) while others may be waiting: past it, what
+#: it has buffered waits until every other ready connection has been served (the protocol's
+#: reader, ``_reading.py``; an HTTP connection yields to the other tasks, ``_http.py``).
+TURN_SECONDS: Final = 0.002
 #: "Try again later" from a non-blocking plain socket or TLS socket (an ``ssl.SSLSocket``
 #: raises its own kinds). Catching a tuple costs nothing until something is raised.
 WOULD_BLOCK_READ: Final = (BlockingIOError, ssl.SSLWantReadError)
@@ -108,6 +120,7 @@ class Peer:
     __slots__ = (
         "__weakref__",  # tests prove a closed connection is freed (weakref.ref)
         "address",
+        "backlog",
         "blocked",
         "client_name",
         "counted",
@@ -167,6 +180,9 @@ class Peer:
         self.outbox = bytearray()
         self.counted = 0  # bytes of the outbox included in totals.unsent
         self.pending = 0  # bytes of an incomplete frame buffered, included in totals.received
+        # Its turn ended with requests still buffered (RequestHandler.process): the reader
+        # serves them in its next pass, before it receives more from this connection.
+        self.backlog = False
         self.frame_started = math.inf  # when that frame's first byte arrived (inf: none)
         self.client_name = ""
         self.address = ""  # the peer's HOST:PORT (listings show it)

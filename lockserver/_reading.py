@@ -31,10 +31,25 @@ a socket stays registered while it lives (measured with 64 unpipelined connectio
 21 us of server CPU per request). Each connection still has its task (handshake,
 closing, lingering): it parks on an Event the poller sets at EOF, error or a close. A
 connection that sent more than one buffer's worth stays ready (level-triggered) and gets its
-next turn in the next pass, after the others and the timers (fairness). TLS connections,
+next turn in the next pass, after the others and the timers (fairness; and one receive's
+worth is served in turns, below). TLS connections,
 whose SSL object may hold decrypted bytes no readiness event announces, and platforms without
 epoll keep a reading task each (``_read_loop_task``): ``recv_into`` until EAGAIN, then
 ``wait_readable``.
+
+**Turns** (issue 30: no client can stall the others). One receive can bring thousands of
+pipelined requests (3,000 ``stats`` fit in 64 KiB, and took ~150 ms to serve back to back,
+delaying every other client that long). So a connection is served one *turn* at a time: the
+request handler stops after ``TURN_SECONDS`` (2 ms) of work on it (``RequestHandler.process``)
+and marks it ``backlog``; its replies so far go out with the pass, the rest of its requests
+stay in its protocol buffer, and the connection gets its next turn in the next pass, served
+from that buffer (:meth:`Reader._serve_backlog`), after the connections that pass read and
+after the other tasks and the timers (the poller checkpoints instead of sleeping while a
+backlog waits). Nothing more is received from it until its buffer holds no whole request, so
+what it can make the server buffer stays one receive's worth. Its replies still leave in
+request order: one connection, one outbox, one turn at a time. A connection read by its own
+task (TLS) does the same with a checkpoint between its turns. The hot path pays two clock
+reads per ``process`` call (its turn's start, and a check after each request).
 
 **The first read** (issue 16: HTTP on the same port). A connection's first bytes are read by
 its own task (:meth:`Reader._first_read`) before it joins the poller: when the first byte is
@@ -79,6 +94,11 @@ log = logging.getLogger("lockserver")
 
 #: Ready connections the poller serves per wake-up before it yields to the other tasks.
 _POLL_BATCH: Final = 64
+# A turn served from a connection's buffer receives nothing.
+_NOTHING: Final = memoryview(b"")
+# What ``_buffered`` is told was received when a connection's backlog ran out: frames were
+# completed since the last count, so an incomplete frame left now began since.
+_FRAMES_DONE: Final = 1 << 62
 
 
 class _Counted(Protocol):
@@ -162,6 +182,9 @@ class Reader:
         # The connections served in the current poller pass, whose replies are sent at its
         # end (module header: why).
         self._unsent: list[Peer] = []
+        # The connections whose turn ended with requests buffered (``Peer.backlog``): each
+        # gets its next turn in the next pass, from its buffer (module header: fairness).
+        self._backlog: list[Peer] = []
         self.overloaded_drops = 0
 
     def close(self) -> None:
@@ -185,6 +208,9 @@ class Reader:
         if served:
             self.durations.observe(time.perf_counter() - start, served)
             self.after_pass()
+        if keep and c.backlog:
+            keep = await self._serve_backlog_task(c)
+            n = _FRAMES_DONE
         if not keep or (c.proto.buffered and not self._buffered(c, 0, n)):
             return None
         poller = self.poller
@@ -245,13 +271,64 @@ class Reader:
                 return
             before = c.pending
             self._unsent.append(c)
-            if not self._process(c, self.recv_view[:n], False) or (
-                (before or c.proto.buffered) and not self._buffered(c, before, n)
-            ):
+            if not self._process(c, self.recv_view[:n], False):
+                self._read_stop(c)
+            elif c.backlog:
+                c.frame_started = math.inf  # what it buffered is whole frames, for now
+                self._backlog.append(c)
+            elif (before or c.proto.buffered) and not self._buffered(c, before, n):
                 self._read_stop(c)
         except Exception as exc:  # not one request's failure (those are answered): the loop's
             c.read_error = exc
             self._read_stop(c)
+
+    def _serve_backlog(self) -> None:
+        """Give each connection whose last turn ended with requests buffered its next turn
+        (served from its buffer, nothing received): after the connections the pass read."""
+        waiting = self._backlog
+        if not waiting:
+            return
+        turn = waiting[:]
+        waiting.clear()
+        for c in turn:
+            c.backlog = False
+            if c.dead or c.stopping or c.read_done is None or c.read_done.is_set():
+                continue
+            try:
+                before = c.pending
+                self._unsent.append(c)
+                if not self._process(c, _NOTHING, False):
+                    self._read_stop(c)
+                elif c.backlog:
+                    waiting.append(c)
+                elif (before or c.proto.buffered) and not self._buffered(c, before, _FRAMES_DONE):
+                    self._read_stop(c)
+            except Exception as exc:  # as in _read_ready
+                c.read_error = exc
+                self._read_stop(c)
+
+    async def _serve_backlog_task(self, c: Peer) -> bool:
+        """A connection read by its own task: its next turns, each after a checkpoint (the
+        other tasks, the poller among them, run in between), until nothing is left of what
+        it had buffered. False: close it."""
+        process = self._process
+        counted = self.counted
+        c.frame_started = math.inf  # what it buffered is whole frames, for now
+        while c.backlog:
+            c.backlog = False
+            await trio.lowlevel.checkpoint()
+            if c.dead or c.stopping:
+                return False
+            requests = counted.requests_total
+            start = time.perf_counter()
+            keep = process(c, _NOTHING, True)
+            served = counted.requests_total - requests
+            if served:
+                self.durations.observe(time.perf_counter() - start, served)
+                self.after_pass()
+            if not keep:
+                return False
+        return True
 
     def _read_stop(self, c: Peer) -> None:
         assert self.poller is not None and c.read_done is not None
@@ -274,8 +351,10 @@ class Reader:
         observe = self.durations.observe
         after_pass = self.after_pass
         unsent = self._unsent
+        backlog = self._backlog
+        serve_backlog = self._serve_backlog
         while True:
-            if busy.spinning:
+            if busy.spinning or backlog:
                 await checkpoint()  # other tasks and timers run; cancellable
             elif metered:
                 # What a sleep and its wake-up cost this thread: what a spin that finds the
@@ -286,11 +365,13 @@ class Reader:
             else:
                 await wait_readable(fd)
             batch = poller.ready()
-            if batch:
+            if batch or backlog:
                 before = counted.requests_total
                 start = clock()
                 for c in batch:
-                    ready(c)
+                    if not c.backlog:  # else its turn comes from its buffer (serve_backlog)
+                        ready(c)
+                serve_backlog()
                 for c in unsent:
                     c.send_pending()
                 unsent.clear()
@@ -339,6 +420,9 @@ class Reader:
             if served:
                 observe(clock() - start, served)
                 after_pass()
+            if keep and c.backlog:
+                keep = await self._serve_backlog_task(c)
+                n = _FRAMES_DONE
             if not keep:
                 return
             if (before or c.proto.buffered) and not self._buffered(c, before, n):

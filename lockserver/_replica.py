@@ -109,6 +109,7 @@ from .engine import (
     Output,
     SessionsListing,
     Visibility,
+    VisibleCounts,
 )
 
 __all__ = [
@@ -1254,13 +1255,18 @@ class ReplicatedDoor:
         return self.replica.state.core.busiest_tables(n, visible=visible)
 
     def subscribe(
-        self, owner: Peer, request_id: int, namespace: str, table: str | None
+        self,
+        owner: Peer,
+        request_id: int,
+        namespace: str,
+        table: str | None,
+        principal: str = "",
     ) -> list[Output[Peer]]:
         r = self.replica
         if self._refused(owner):
             return []
         n = r.number(owner)
-        r.propose(["s", n, wire(Subscribe(request_id, namespace, table))])
+        r.propose(["s", n, wire(Subscribe(request_id, namespace, table)), principal])
         return []
 
     def unsubscribe(self, owner: Peer, request_id: int, target: int) -> list[Output[Peer]]:
@@ -1311,6 +1317,9 @@ class ReplicatedDoor:
 
     def session_principal(self, session_id: str) -> str | None:
         return self.replica.state.core.session_principal(session_id)
+
+    def visible_counts(self, visible: Visibility) -> VisibleCounts:
+        return self.replica.state.core.visible_counts(visible)
 
     def statistics(self, now: float, *, trust: float) -> tuple[CoreStatistics, list[Output[Peer]]]:
         # The applied state as it stands (a read: every replica's state stays what the log

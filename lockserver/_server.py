@@ -58,7 +58,14 @@ reader only when a receive leaves part of a frame buffered).
 **Statistics** are read per ``stats`` request, which anybody greeted may send, thousands per
 64 KiB: nothing here walks the connections or the heap per call (the blocked connections
 are counted as they block and unblock, ``Totals``; the frozen-object count is taken once at
-start, ``_gcstats.py``).
+start, ``_gcstats.py``), and the requests of one turn of a connection share one snapshot
+(``_requests.py``). A token restricted to some namespaces reads its own counts (``scope``,
+``LockCore.visible_counts``; docs/security.md).
+
+**Probes at the limits** (issue 30). A connection past ``max_connections`` whose first bytes
+(within a quarter second) are an HTTP request goes to the HTTP face instead of being refused,
+and at ``http_max_connections`` a new HTTP connection takes the slot of the one that has
+waited longest (``_http.py``): a liveness probe is answered however full the server is.
 
 **Shutdown.** ``RunningServer.shutdown()`` stops accepting, stops every reader between
 batches, lets queued replies drain, sends SHUTTING_DOWN, closes; all bounded by
@@ -94,7 +101,7 @@ from protocol import (
     Welcome,
 )
 
-from ._auth import Authenticator, SecurityConfigError, server_ssl_context
+from ._auth import Authenticator, Principal, SecurityConfigError, server_ssl_context
 from ._build import build
 from ._busypoll import BusyPoll
 from ._config import ConfigError, ServerConfig, server_version, skip_revisions
@@ -103,7 +110,7 @@ from ._etcd_access import etcd_client, etcd_endpoints
 from ._gcstats import GcPauses
 from ._group import Genesis
 from ._groupauth import read_group_secret
-from ._http import HttpConnection, HttpCounters, HttpLimits, too_many
+from ._http import HttpConnection, HttpCounters, HttpLimits, is_http, too_many
 from ._http_listings import HttpListings
 from ._metrics import Durations, History, ServerCollector
 from ._peer import CLOSE_GRACE, Peer, Totals, linger
@@ -262,6 +269,22 @@ async def serve(
             listener.socket.close()
 
 
+#: How long a connection past ``max_connections`` may take to send its first bytes, to be
+#: told from a health probe (HTTP, served) or not (refused).
+_PROBE_WAIT: Final = 0.25
+
+
+async def _first_bytes(sock: socket.socket) -> bytes:
+    """What ``sock`` received first, waiting at most _PROBE_WAIT (b"": nothing, or an
+    error)."""
+    with trio.move_on_after(_PROBE_WAIT):
+        await trio.lowlevel.wait_readable(sock)
+    try:
+        return sock.recv(_RECV_SIZE)
+    except OSError:  # nothing yet (BlockingIOError), or reset
+        return b""
+
+
 def _advertised(host: str, port: int) -> str:
     """The address other machines reach this replica at (a wildcard becomes the host name)."""
     if host in ("0.0.0.0", "::", ""):
@@ -275,7 +298,7 @@ def _genesis(config: ServerConfig) -> Genesis:
         started_at=time.time(),
         instance=secrets.token_hex(8),
         authenticated=bool(config.tokens),
-        limits=_engine_limits(config),
+        limits={**_engine_limits(config), **_feed_limits(config)},
         wait_limits=_wait_limits(config),
     )
 
@@ -286,6 +309,13 @@ def _engine_limits(config: ServerConfig) -> dict[str, int]:
         "max_entries": config.max_entries,
         "max_entries_per_session": config.max_entries_per_session,
         "max_store_bytes": config.max_store_bytes,
+    }
+
+
+def _feed_limits(config: ServerConfig) -> dict[str, int]:
+    return {
+        "max_subscriptions": config.max_subscriptions,
+        "max_subscriptions_per_principal": config.max_subscriptions_per_principal,
     }
 
 
@@ -337,6 +367,7 @@ class Server:
                 limits=EngineLimits(**_engine_limits(config)),
                 wait_limits=WaitLimits(**_wait_limits(config)),
                 authenticated=auth is not None,
+                **_feed_limits(config),
             )
         else:
             # The group's state, behind the same calls (answers come as the log is applied).
@@ -387,6 +418,8 @@ class Server:
             "max_waiting_ops_per_variable": config.max_waiting_ops_per_variable,
             "max_waiting_ops_per_session": config.max_waiting_ops_per_session,
             "max_waiting_ops_per_principal": config.max_waiting_ops_per_principal,
+            "max_subscriptions": config.max_subscriptions,
+            "max_subscriptions_per_principal": config.max_subscriptions_per_principal,
         }
         self.version = server_version()
         self.build = build()  # "pure" or "compiled" (lockserver/_build.py)
@@ -458,6 +491,7 @@ class Server:
         self.endpoints = Endpoints(
             config,
             statistics=self.statistics,
+            scope=self.requests.scope,
             shutting_down=lambda: self.shutting_down,
             history=self.history,
             collector=ServerCollector(
@@ -554,13 +588,7 @@ class Server:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer = _format_address(str(addr[0]), int(addr[1])) if addr else "?"
             if len(self.clients) >= config.max_connections:
-                self.connections_refused += 1
-                log.warning(
-                    "refused connection from %s: %d connections open (max_connections)",
-                    peer,
-                    len(self.clients),
-                )
-                nursery.start_soon(self._refuse, sock)
+                nursery.start_soon(self._refuse, sock, peer)
                 continue
             self.next_id += 1
             self.connections_total += 1
@@ -594,17 +622,32 @@ class Server:
             log.debug("connection %s opened", c.name)
             nursery.start_soon(self._connection, c)
 
-    async def _refuse(self, sock: socket.socket) -> None:
-        message = (
-            f"the server has {len(self.clients)} connections open, the limit "
-            f"(max_connections={self.config.max_connections})"
-        )
-        data = self.requests.encoder.send(ErrorReply(None, ErrorCode.TOO_MANY_CONNECTIONS, message))
-        if self.ssl_context is not None:  # a TLS client cannot read a plain frame: just close
-            sock.close()
-            return
+    async def _refuse(self, sock: socket.socket, peer: str) -> None:
+        """A connection past ``max_connections``: refused (TOO_MANY_CONNECTIONS), unless its
+        first bytes, within _PROBE_WAIT, are an HTTP request (a health probe: it goes to the
+        HTTP face, which has its own limit)."""
         try:
-            sock.send(data)  # a fresh socket's kernel buffer takes one small frame
+            if self.ssl_context is None:  # (TLS: no plain bytes to look at before a handshake)
+                first = await _first_bytes(sock)
+                if first and is_http(first[0]):
+                    self.next_id += 1
+                    self.connections_total += 1
+                    await self._serve_http(sock, f"#{self.next_id} ({peer})", first)
+                    return
+            self.connections_refused += 1
+            log.warning(
+                "refused connection from %s: %d connections open (max_connections)",
+                peer,
+                len(self.clients),
+            )
+            if self.ssl_context is not None:  # a TLS client cannot read a plain frame
+                return
+            message = (
+                f"the server has {len(self.clients)} connections open, the limit "
+                f"(max_connections={self.config.max_connections})"
+            )
+            error = ErrorReply(None, ErrorCode.TOO_MANY_CONNECTIONS, message)
+            sock.send(self.requests.encoder.send(error))  # a fresh socket takes one small frame
             with trio.move_on_after(CLOSE_GRACE):
                 await linger(sock, self.recv_buffer)
         except OSError:
@@ -642,27 +685,50 @@ class Server:
         """The connection's first bytes were an HTTP request: serve HTTP on it (it leaves
         the protocol's connections and their limit for the HTTP ones)."""
         self.clients.discard(c)
+        await self._serve_http(c.sock, c.name, first)
+
+    async def _serve_http(self, sock: socket.socket, name: str, first: bytes) -> None:
+        """Serve HTTP on ``sock``, whose ``first`` bytes are read already, within
+        ``http_max_connections``; the caller closes the socket."""
         conn = HttpConnection(
-            c.sock, c.name, self.http_limits, self.endpoints, self.http, self.recv_buffer
+            sock, name, self.http_limits, self.endpoints, self.http, self.recv_buffer
         )
         http = self.http
         if len(self.http_clients) >= self.config.http_max_connections:
-            http.refused += 1
-            log.warning(
-                "refused HTTP connection %s: %d HTTP connections open (http_max_connections)",
-                c.name,
+            # Room for the newcomer (a health probe must get in): the connection that has
+            # waited longest on its client goes, as nginx reuses its idle keep-alive
+            # connections. Refused only when none waits (each is being answered right now).
+            victim = next(iter(http.waiting), None)
+            if victim is None:
+                http.refused += 1
+                log.warning(
+                    "refused HTTP connection %s: %d HTTP connections open, none waiting "
+                    "on its client (http_max_connections)",
+                    name,
+                    len(self.http_clients),
+                )
+                await conn.refuse(too_many(self.config.http_max_connections))
+                return
+            http.evicted += 1
+            log.info(
+                "HTTP connection %s closed to make room for %s: %d HTTP connections open "
+                "(http_max_connections)",
+                victim.name,
+                name,
                 len(self.http_clients),
             )
-            await conn.refuse(too_many(self.config.http_max_connections))
-            return
+            victim.evict()
+            self.http_clients.discard(victim)
+            http.open -= 1
         http.accepted += 1
         http.open += 1
         self.http_clients.add(conn)
         try:
             await conn.serve(first)
         finally:
-            self.http_clients.discard(conn)
-            http.open -= 1
+            if conn in self.http_clients:  # (an evicted one left already)
+                self.http_clients.discard(conn)
+                http.open -= 1
 
     async def _tls_handshake(self, c: Peer) -> bool:
         """The TLS handshake of a new connection (bounded by the reaper's handshake timeout,
@@ -700,19 +766,8 @@ class Server:
 
     def _deliver_applied(self, outs: list[Output[Peer]]) -> None:
         """Send what applying the group's log answered to this replica's connections: each
-        output appended to its peer's outbox, then one send per peer."""
-        deliver = self.requests.deliver
-        touched: dict[Peer, None] = {}
-        for out in outs:
-            peer = out[0][0]
-            if peer.dead:
-                continue
-            deliver([out], peer)
-            touched[peer] = None
-        for peer in touched:
-            peer.send_pending()
-            if peer.proto.state is State.CLOSED:  # an INTERNAL_ERROR went out: close it
-                peer.stop(None, "")
+        output appended to its peer's outbox, then one send per peer (``deliver``)."""
+        self.requests.deliver(outs)
 
     def _replicas_changed(self, replicas: tuple[str, ...]) -> None:
         """A replica registered or departed: later welcomes list the group's replicas now."""
@@ -795,7 +850,27 @@ class Server:
 
     # --- statistics ---------------------------------------------------------------------------
 
-    def statistics(self, now: float) -> dict[str, Any]:
+    def statistics(self, now: float, scope: Principal | None = None) -> dict[str, Any]:
+        """The statistics map (docs/configuration.md "Statistics"); with ``scope`` (a
+        principal that may not see the whole server) its counts are the principal's own
+        (``LockCore.visible_counts``: docs/security.md)."""
+        stats = self._statistics(now)
+        if scope is None:
+            return stats
+        counts = self.core.visible_counts(scope)
+        stats["engine"] = {
+            **stats["engine"],
+            "namespaces": counts.namespaces,
+            "tables": counts.tables,
+            "entries": counts.entries,
+            "sessions": counts.sessions,
+            "scope": scope.name,
+        }
+        stats["waiting"] = {**stats["waiting"], "waiters": counts.waiters}
+        del stats["server"]["sessions_tracked"]  # of every principal: not counted per one
+        return stats
+
+    def _statistics(self, now: float) -> dict[str, Any]:
         core, losses = self.core.statistics(now, trust=self.trust.trust(now))
         self.requests.deliver(losses)  # sessions that expired as the counts were taken
         requests = self.requests
@@ -828,6 +903,7 @@ class Server:
                 "feed_events_dropped": requests.feed_dropped,
                 "sessions_tracked": core.sessions_routed,
                 "http_connections": self.http.open,
+                "http_connections_evicted": self.http.evicted,
                 "http_requests_total": self.http.requests,
                 **self.reader.busy_poll.to_wire(),
                 **self.durations.passes_to_wire(),

@@ -12,6 +12,7 @@ from ._connection import Connection as Connection
 from ._encode import encode_execute as encode_execute
 from ._errors import ErrorCode as ErrorCode
 from ._errors import ProtocolError as ProtocolError
+from ._feed import FeedFrames as FeedFrames
 from ._framing import DEFAULT_MAX_FRAME as DEFAULT_MAX_FRAME
 from ._framing import HEADER_SIZE as HEADER_SIZE
 from ._framing import MAX_HELLO_FRAME as MAX_HELLO_FRAME
@@ -186,6 +187,7 @@ __all__ = [
     "PAGE_BYTES",
     "PAGE_SCAN",
     "FeedEvent",
+    "FeedFrames",
     "FeedKind",
     "ForceRelease",
     "HolderInfo",

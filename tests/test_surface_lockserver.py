@@ -152,6 +152,8 @@ SERVER_CONFIG_FIELDS = [
     "max_waiting_ops_per_variable",
     "max_waiting_ops_per_session",
     "max_waiting_ops_per_principal",
+    "max_subscriptions",
+    "max_subscriptions_per_principal",
     "busy_poll",
     "http_max_connections",
     "http_max_header",
@@ -279,7 +281,8 @@ def test_engine_all_is_the_whole_public_surface() -> None:
 ENGINE_CALLS = {
     "LockCore": (
         "(*, started_at, host='', fence_epoch=0, limits=None, wait_limits=None, "
-        "authenticated=False)"
+        "authenticated=False, max_subscriptions=DEFAULT_MAX_SUBSCRIPTIONS, "
+        "max_subscriptions_per_principal=DEFAULT_MAX_SUBSCRIPTIONS_PER_PRINCIPAL)"
     ),
     "LockCore.execute": (
         "(self, owner, request_id, session, tx, wait, now, trust, principal, site=None)"
@@ -291,7 +294,8 @@ ENGINE_CALLS = {
         "(self, owner, request_id, namespace, table, var, session_id, *, now, trust)"
     ),
     "LockCore.listing": "(self, owner, request_id, kind, query, *, now, trust, visible=None)",
-    "LockCore.subscribe": "(self, owner, request_id, namespace, table)",
+    "LockCore.subscribe": "(self, owner, request_id, namespace, table, principal='')",
+    "LockCore.visible_counts": "(self, visible)",
     "LockCore.unsubscribe": "(self, owner, request_id, target)",
     "LockCore.cancel": "(self, owner, request_id, target, *, now, trust)",
     "LockCore.owner_gone": "(self, owner, *, now, trust)",

@@ -8,6 +8,7 @@ from ._core import LockCore as LockCore
 from ._core import Output as Output
 from ._core import SessionsListing as SessionsListing
 from ._core import Visibility as Visibility
+from ._core import VisibleCounts as VisibleCounts
 from ._door import Door as Door
 from ._engine import Engine as Engine
 from ._engine import EngineLimits as EngineLimits
@@ -24,6 +25,7 @@ from ._waiting import dependencies as dependencies
 __all__ = [
     "SessionsListing",
     "Visibility",
+    "VisibleCounts",
     "BigTable",
     "BusyTable",
     "CoreStatistics",

@@ -20,8 +20,10 @@ Addresses are ``(owner, request_id)`` for answers and ``(owner, None)`` for even
   that used each session: the shell names them), :class:`~protocol.WaitersPage`,
   :class:`~protocol.Released`, :class:`~protocol.Subscribed`, :class:`~protocol.Unsubscribed`
   -- answers of the operator's requests;
-- :class:`~protocol.FeedEvent` -- a change-feed event, addressed to each subscribed owner
-  (its ``dropped`` is the shell's to fill: the door never drops).
+- :class:`~protocol.FeedEvent` -- a change-feed event: ONE per change, shared by an output
+  for every subscription that hears it, addressed ``(owner, subscription id)`` (not an
+  answer: its own ``subscription`` is 0, its ``dropped`` the shell's to fill: the door never
+  drops).
 
 Rules kept:
 
@@ -45,7 +47,13 @@ Rules kept:
 - **The feed**: the engine logs every change of an entry in a subscribed namespace (grants,
   releases, expiries, force-releases, ends); each call turns what it logged into events,
   after its other outputs. Nothing is logged while nobody subscribes (one ``is None`` test
-  per committing transaction).
+  per committing transaction). The subscriptions that hear a change are found by index
+  (the namespace's, then the table's; issue 30: a change costs one tuple per subscription
+  that hears it, none per one that does not), and they are capped: 64 per owner,
+  ``max_subscriptions`` in all, ``max_subscriptions_per_principal`` per principal with
+  ``authenticated`` (TOO_LARGE past any, naming it).
+- **Counts per principal** (``visible_counts``): what a principal may see of the state,
+  counted from figures the engine keeps per namespace and per owner, never by a walk.
 
 Cost on the hot path (an ``execute`` answered at once, nothing lost): one wait-queue submit,
 one list, one membership test for the session's routing.
@@ -80,7 +88,7 @@ from protocol import (
 from ._engine import Engine
 from ._inspect import LISTINGS as _LISTINGS
 from ._inspect import BusyTable, Visibility, busiest_tables
-from ._records import CoreStatistics, EngineLimits, SessionsListing, WaitLimits
+from ._records import CoreStatistics, EngineLimits, SessionsListing, VisibleCounts, WaitLimits
 from ._sharded import ShardedDict
 from ._store import EngineError
 from ._waiting import WaitQueue
@@ -97,10 +105,15 @@ __all__ = [
     "Payload",
     "SessionsListing",
     "Visibility",
+    "VisibleCounts",
 ]
 
 #: Most feed subscriptions one owner (connection) may hold at once.
 MAX_SUBSCRIPTIONS: Final = 64
+#: Defaults of the door's subscription caps (the ``max_subscriptions`` and
+#: ``max_subscriptions_per_principal`` settings).
+DEFAULT_MAX_SUBSCRIPTIONS: Final = 10_000
+DEFAULT_MAX_SUBSCRIPTIONS_PER_PRINCIPAL: Final = 2_500
 
 
 #: The type of the owners one door is called with (the shell's connections; a replicated
@@ -125,6 +138,17 @@ Payload = (
 Output = tuple[Address[OwnerT], Payload]
 #: What a listing answers: a page (sessions: with the owners of each session), or a refusal.
 Listed = HoldersPage | SessionsListing | WaitersPage | EngineError
+
+
+def _lacks(obj: object, name: str) -> bool:
+    """Whether ``obj`` has no attribute ``name`` (an object a snapshot of an older version
+    made: its class's newer attributes were never set)."""
+    try:
+        getattr(obj, name)
+    except AttributeError:
+        return True
+    return False
+
 
 _NOT_ENDED: Final = SessionEnded(False)
 _ENDED: Final = SessionEnded(True)
@@ -155,10 +179,16 @@ class LockCore(Generic[OwnerT]):
     __slots__ = (
         "_authenticated",
         "_by_namespace",
+        "_by_table",
+        "_max_subscriptions",
+        "_max_subscriptions_per_principal",
         "_owners",
         "_routes",
         "_run",
+        "_subscribers",
         "_subscriptions",
+        "_subscriptions_held",
+        "_subscriptions_total",
         "engine",
         "waits",
     )
@@ -172,6 +202,8 @@ class LockCore(Generic[OwnerT]):
         limits: EngineLimits | None = None,
         wait_limits: WaitLimits | None = None,
         authenticated: bool = False,
+        max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
+        max_subscriptions_per_principal: int = DEFAULT_MAX_SUBSCRIPTIONS_PER_PRINCIPAL,
     ) -> None:
         self.engine = Engine(
             started_at=started_at, host=host, fence_epoch=fence_epoch, limits=limits
@@ -183,10 +215,19 @@ class LockCore(Generic[OwnerT]):
         self._owners: dict[OwnerT, _Owner] = {}
         # Cursors name the run that made them: this core's fence epoch (the start, in µs).
         self._run = fence_epoch
-        # Feed subscriptions: owner -> {subscription id: (namespace, table or None)}, and
-        # namespace -> {(owner, subscription id): table or None}, both in subscribe order.
+        # Feed subscriptions: owner -> {subscription id: (namespace, table or None)}; who
+        # hears a change of namespace/table, found by index, never by a scan: the whole
+        # namespace's subscribers (namespace -> {(owner, subscription id): None}) and the
+        # table's ((namespace, table) -> the same), each in subscribe order; how many each
+        # principal holds (the caps: with ``authenticated`` only, per principal).
         self._subscriptions: dict[OwnerT, dict[int, tuple[str, str | None]]] = {}
-        self._by_namespace: dict[str, dict[tuple[OwnerT, int], str | None]] = {}
+        self._by_namespace: dict[str, dict[tuple[OwnerT, int], None]] = {}
+        self._by_table: dict[tuple[str, str], dict[tuple[OwnerT, int], None]] = {}
+        self._subscribers: dict[OwnerT, str] = {}  # owner -> its principal (subscribers)
+        self._subscriptions_held: dict[str, int] = {}  # principal -> its subscriptions
+        self._subscriptions_total = 0
+        self._max_subscriptions = max_subscriptions
+        self._max_subscriptions_per_principal = max_subscriptions_per_principal
 
     # --- requests -----------------------------------------------------------------------------
 
@@ -383,42 +424,128 @@ class LockCore(Generic[OwnerT]):
     # --- the change feed ----------------------------------------------------------------------
 
     def subscribe(
-        self, owner: OwnerT, request_id: int, namespace: str, table: str | None
+        self,
+        owner: OwnerT,
+        request_id: int,
+        namespace: str,
+        table: str | None,
+        principal: str = "",
     ) -> list[Output[OwnerT]]:
-        """Subscribe ``owner`` to the changes of ``namespace`` (of one ``table`` when given),
-        as subscription ``request_id``. Refused (TOO_LARGE) past ``MAX_SUBSCRIPTIONS`` per
-        owner, and (DUPLICATE_REQUEST_ID) when the id names a live subscription."""
+        """Subscribe ``owner`` (of ``principal``) to the changes of ``namespace`` (of one
+        ``table`` when given), as subscription ``request_id``. Refused (TOO_LARGE, naming the
+        limit) past ``MAX_SUBSCRIPTIONS`` per owner, ``max_subscriptions`` in all, and, with
+        ``authenticated``, ``max_subscriptions_per_principal`` per principal; refused
+        (DUPLICATE_REQUEST_ID) when the id names a live subscription of ``owner``."""
         mine = self._subscriptions.get(owner)
         if mine is not None and request_id in mine:
-            return [
-                (
-                    (owner, request_id),
-                    EngineError(
-                        ErrorCode.DUPLICATE_REQUEST_ID,
-                        f"subscribe: subscription {request_id} of this connection is live",
-                    ),
-                )
-            ]
+            return self._refused_subscription(
+                owner,
+                request_id,
+                ErrorCode.DUPLICATE_REQUEST_ID,
+                f"subscribe: subscription {request_id} of this connection is live",
+            )
         if mine is not None and len(mine) >= MAX_SUBSCRIPTIONS:
-            return [
-                (
-                    (owner, request_id),
-                    EngineError(
-                        ErrorCode.TOO_LARGE,
-                        f"subscribe: this connection has {len(mine)} subscriptions, the "
-                        f"limit (MAX_SUBSCRIPTIONS={MAX_SUBSCRIPTIONS})",
-                    ),
-                )
-            ]
+            return self._refused_subscription(
+                owner,
+                request_id,
+                ErrorCode.TOO_LARGE,
+                f"subscribe: this connection has {len(mine)} subscriptions, the limit "
+                f"(MAX_SUBSCRIPTIONS={MAX_SUBSCRIPTIONS})",
+            )
+        held, everyone = self.subscription_counts(principal)
+        if everyone >= self._max_subscriptions:
+            return self._refused_subscription(
+                owner,
+                request_id,
+                ErrorCode.TOO_LARGE,
+                f"subscribe: the server has {everyone} subscriptions, the limit "
+                f"(max_subscriptions={self._max_subscriptions})",
+            )
+        if self._authenticated and held >= self._max_subscriptions_per_principal:
+            return self._refused_subscription(
+                owner,
+                request_id,
+                ErrorCode.TOO_LARGE,
+                f"subscribe: principal {principal!r} has {held} subscriptions, the limit "
+                f"(max_subscriptions_per_principal={self._max_subscriptions_per_principal})",
+            )
         if mine is None:
             mine = self._subscriptions[owner] = {}
+            self._subscribers[owner] = principal
         mine[request_id] = (namespace, table)
-        self._by_namespace.setdefault(namespace, {})[owner, request_id] = table
+        self._subscriptions_held[principal] = held + 1
+        self._subscriptions_total += 1
+        if table is None:
+            self._by_namespace.setdefault(namespace, {})[owner, request_id] = None
+        else:
+            self._by_table.setdefault((namespace, table), {})[owner, request_id] = None
         engine = self.engine
         engine.feed_namespaces[namespace] = engine.feed_namespaces.get(namespace, 0) + 1
         if engine.feed_log is None:
             engine.feed_log = []
         return [((owner, request_id), Subscribed(request_id))]
+
+    def subscription_counts(self, principal: str) -> tuple[int, int]:
+        """(subscriptions ``principal`` holds, subscriptions in all)."""
+        return self._subscriptions_held.get(principal, 0), self._subscriptions_total
+
+    def restored(
+        self,
+        *,
+        max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
+        max_subscriptions_per_principal: int = DEFAULT_MAX_SUBSCRIPTIONS_PER_PRINCIPAL,
+    ) -> None:
+        """After a snapshot was loaded into this object (``lockserver._group``): set the
+        subscription caps (the group's), and make what a snapshot of an older version lacks
+        from the state it holds: the feed's index by table and its counts (its namespace
+        index held every subscription, with its table: split in the same order; owners count
+        under principal ""), the counts per namespace and per owner. A snapshot of this
+        version is left as it is (a rebuilt dict could list its keys in another order than
+        the replicas that never restored hold)."""
+        self._max_subscriptions = max_subscriptions
+        self._max_subscriptions_per_principal = max_subscriptions_per_principal
+        if _lacks(self, "_by_table"):
+            self._index_old_subscriptions()
+        engine = self.engine
+        if _lacks(engine, "entries_by_namespace"):
+            entries: dict[str, int] = {}
+            tagged: dict[str, int] = {}
+            for s in engine.sessions.values():
+                if s.tag is not None:
+                    tagged[s.tag] = tagged.get(s.tag, 0) + 1
+                for (ns, _), group in s.keys.items():
+                    entries[ns] = entries.get(ns, 0) + len(group)
+            engine.entries_by_namespace = entries
+            engine.sessions_by_tag = tagged
+        waits = self.waits
+        if _lacks(waits, "by_namespace"):
+            parked: dict[str, int] = {}
+            for w in waits.in_order():
+                ns = w.tx.namespace
+                parked[ns] = parked.get(ns, 0) + 1
+            waits.by_namespace = parked
+
+    def _index_old_subscriptions(self) -> None:
+        """The feed's indexes and counts from a snapshot of a version before them: its
+        namespace index maps every subscription to its table (None: the namespace's)."""
+        old: dict[str, dict[tuple[OwnerT, int], str | None]] = self._by_namespace  # type: ignore[assignment]
+        self._by_namespace = {}
+        self._by_table = {}
+        for namespace, subs in old.items():
+            for address, table in subs.items():
+                if table is None:
+                    self._by_namespace.setdefault(namespace, {})[address] = None
+                else:
+                    self._by_table.setdefault((namespace, table), {})[address] = None
+        self._subscribers = dict.fromkeys(self._subscriptions, "")
+        total = sum(len(mine) for mine in self._subscriptions.values())
+        self._subscriptions_held = {"": total} if total else {}
+        self._subscriptions_total = total
+
+    def _refused_subscription(
+        self, owner: OwnerT, request_id: int, code: ErrorCode, message: str
+    ) -> list[Output[OwnerT]]:
+        return [((owner, request_id), EngineError(code, message))]
 
     def unsubscribe(self, owner: OwnerT, request_id: int, target: int) -> list[Output[OwnerT]]:
         """End ``owner``'s subscription ``target``; ``Unsubscribed(False)`` when it has none
@@ -526,6 +653,29 @@ class LockCore(Generic[OwnerT]):
         )
         return stats, out
 
+    def visible_counts(self, visible: Visibility) -> VisibleCounts:
+        """What ``visible`` (a principal's view) may see, counted: the namespaces it may use
+        that hold entries, their tables and entries, the transactions parked in them, and
+        the live sessions it owns (tagged with its name). Reads only, as of the last call
+        that advanced time; one ``allows`` per namespace holding entries or waiters (the
+        engine keeps the counts per namespace and per owner), never a walk of the entries,
+        sessions or waiters."""
+        engine = self.engine
+        allows = visible.allows
+        by_namespace = engine.entries_by_namespace
+        namespaces = tables = entries = 0
+        for ns, held in engine.store.namespaces.items():
+            if allows(ns):
+                namespaces += 1
+                tables += len(held)
+                entries += by_namespace.get(ns, 0)
+        waiters = 0
+        for ns, parked in self.waits.by_namespace.items():
+            if allows(ns):
+                waiters += parked
+        sessions = engine.sessions_by_tag.get(visible.name, 0)
+        return VisibleCounts(namespaces, tables, entries, sessions, waiters)
+
     # --- internals ----------------------------------------------------------------------------
 
     def _follow(
@@ -581,13 +731,28 @@ class LockCore(Generic[OwnerT]):
         mine = self._subscriptions.get(owner)
         if mine is None or sub not in mine:
             return False
-        namespace, _ = mine.pop(sub)
+        namespace, table = mine.pop(sub)
+        principal = self._subscribers[owner]
         if not mine:
             del self._subscriptions[owner]
-        subs = self._by_namespace[namespace]
-        del subs[owner, sub]
-        if not subs:
-            del self._by_namespace[namespace]
+            del self._subscribers[owner]
+        held = self._subscriptions_held[principal] - 1
+        if held:
+            self._subscriptions_held[principal] = held
+        else:
+            del self._subscriptions_held[principal]
+        self._subscriptions_total -= 1
+        if table is None:
+            subs = self._by_namespace[namespace]
+            del subs[owner, sub]
+            if not subs:
+                del self._by_namespace[namespace]
+        else:
+            key = (namespace, table)
+            subs = self._by_table[key]
+            del subs[owner, sub]
+            if not subs:
+                del self._by_table[key]
         engine = self.engine
         left = engine.feed_namespaces[namespace] - 1
         if left:
@@ -599,33 +764,40 @@ class LockCore(Generic[OwnerT]):
         return True
 
     def _publish(self) -> list[Output[OwnerT]]:
-        """The feed events of what the engine logged since the last call, for every
-        subscription of its namespace (and table), in log then subscribe order."""
+        """The feed events of what the engine logged since the last call: per change, ONE
+        FeedEvent (its ``subscription`` 0) shared by an output for every subscription that
+        hears it, addressed (owner, subscription id) -- the namespace's subscriptions, then
+        the table's, each in subscribe order. Found by index: a change costs one tuple per
+        subscription that hears it, nothing per one that does not."""
         engine = self.engine
         log = engine.feed_log
         assert log is not None
         engine.feed_log = []
         offset = engine.store.wall_offset
         by_namespace = self._by_namespace
+        by_table = self._by_table
         out: list[Output[OwnerT]] = []
         for kind, ns, table, var, sid, fence, at, reason in log:
-            subs = by_namespace.get(ns)
-            if subs is None:
+            wide = by_namespace.get(ns)
+            only = by_table.get((ns, table)) if by_table else None
+            if wide is None and only is None:
                 continue
-            for (owner, sub), only in subs.items():
-                if only is None or only == table:
-                    event = FeedEvent(
-                        sub,
-                        kind,
-                        ns,
-                        table,
-                        var,
-                        sid,
-                        fence,
-                        at + offset,
-                        None if reason is None else str(reason),
-                    )
-                    out.append(((owner, None), event))
+            event = FeedEvent(
+                0,
+                kind,
+                ns,
+                table,
+                var,
+                sid,
+                fence,
+                at + offset,
+                None if reason is None else str(reason),
+            )
+            # The (owner, subscription id) keys are the outputs' addresses as they are.
+            if wide is not None:
+                out += [(address, event) for address in wide]
+            if only is not None:
+                out += [(address, event) for address in only]
         return out
 
     def _refuse(

@@ -28,7 +28,7 @@ from protocol import ListQuery, SessionSpec, Transaction
 from ._core import Listed, Output, OwnerT
 from ._engine import Engine
 from ._inspect import BusyTable, Visibility
-from ._records import CoreStatistics
+from ._records import CoreStatistics, VisibleCounts
 
 __all__ = ["Door"]
 
@@ -97,7 +97,12 @@ class Door(Protocol[OwnerT]):
     ) -> tuple[list[BusyTable], int]: ...
 
     def subscribe(
-        self, owner: OwnerT, request_id: int, namespace: str, table: str | None
+        self,
+        owner: OwnerT,
+        request_id: int,
+        namespace: str,
+        table: str | None,
+        principal: str = "",
     ) -> list[Output[OwnerT]]: ...
 
     def unsubscribe(self, owner: OwnerT, request_id: int, target: int) -> list[Output[OwnerT]]: ...
@@ -115,6 +120,8 @@ class Door(Protocol[OwnerT]):
     def uptime(self, now: float) -> float: ...
 
     def session_principal(self, session_id: str) -> str | None: ...
+
+    def visible_counts(self, visible: Visibility) -> VisibleCounts: ...
 
     def statistics(
         self, now: float, *, trust: float

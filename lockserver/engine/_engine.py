@@ -172,6 +172,12 @@ class Engine:
         self.feed_log: list[FeedRecord] | None = None
         self.feed_namespaces: dict[str, int] = {}
         self._outcomes: dict[str, int] = {_OK: 0, _FAILED: 0, _REFUSED: 0}
+        # Counts a principal's scoped statistics read (``LockCore.visible_counts``): entries
+        # per namespace (kept per committed transaction, expiry, release and end: a
+        # transaction is in one namespace) and live sessions per tag (the principal that
+        # owns them). No key holds 0.
+        self.entries_by_namespace: dict[str, int] = {}
+        self.sessions_by_tag: dict[str, int] = {}
         self._sessions_expired = 0
         self._entries_expired = 0
         self.retries_answered = 0  # retries answered from a session's retry memory
@@ -310,6 +316,7 @@ class Engine:
             if tid:
                 self._remember(s, tx, result)
             return result
+        entries = self.store.entry_count
         ctx = TxContext(self.store, s, tx.namespace, tx.transaction_id, now, self.fence + 1)
         try:
             failed = ctx.run(statements)
@@ -353,6 +360,14 @@ class Engine:
             self.fence += 1
             self.store.stored += ctx.stored
             ns = tx.namespace
+            entries = self.store.entry_count - entries
+            if entries:  # _count_entries inlined (the hot path: once per acquire)
+                counts = self.entries_by_namespace
+                entries += counts.get(ns, 0)
+                if entries:
+                    counts[ns] = entries
+                else:
+                    del counts[ns]
             if ctx.ttl_ops:
                 self._apply_ttl_ops(ns, s.session_id, ctx.ttl_ops)
             if not ctx.tables:  # the transaction deleted the namespace's last entries
@@ -459,6 +474,8 @@ class Engine:
         s = self.sessions.get(session_id)
         if s is not None and s.tag is None:
             s.tag = tag
+            tagged = self.sessions_by_tag
+            tagged[tag] = tagged.get(tag, 0) + 1
 
     def session_tag(self, session_id: str, now: float | None = None) -> str | None:
         """The label of a live session (None: unknown or unlabelled). With ``now``, deadlines
@@ -518,6 +535,7 @@ class Engine:
         """Drop a session that holds nothing (created by a call that then failed)."""
         s.ended = True
         del self.sessions[s.session_id]
+        self._untag(s)
         self._sessions_due.discard(s, s.queued)
         self.store.stored -= s.cost + s.retry_bytes
         s.retry_memory = None
@@ -638,7 +656,28 @@ class Engine:
             del s.keys[ns, table]
         s.held -= 1
         self.store.entry_count -= 1
+        self._count_entries(ns, -1)
         return True
+
+    def _count_entries(self, ns: str, change: int) -> None:
+        """``entries_by_namespace[ns] += change`` (the key goes at 0)."""
+        counts = self.entries_by_namespace
+        left = counts.get(ns, 0) + change
+        if left:
+            counts[ns] = left
+        else:
+            del counts[ns]
+
+    def _untag(self, s: SessionRecord) -> None:
+        """A session leaves ``sessions_by_tag``."""
+        tag = s.tag
+        if tag is not None:
+            tagged = self.sessions_by_tag
+            left = tagged[tag] - 1
+            if left:
+                tagged[tag] = left
+            else:
+                del tagged[tag]
 
     def _unlink(
         self,
@@ -666,6 +705,7 @@ class Engine:
     def _drop_session(self, s: SessionRecord, reason: LostReason | None, now: float) -> None:
         s.ended = True
         del self.sessions[s.session_id]
+        self._untag(s)
         if self.store.track_changes:
             self.store.ended.append(s.session_id)  # its waiters are answered (_waiting.py)
         self._sessions_due.discard(s, s.queued)
@@ -676,6 +716,7 @@ class Engine:
         freed = s.cost + s.retry_bytes
         store = self.store
         for (ns, table), group in s.keys.items():
+            self._count_entries(ns, -len(group))
             tables = namespaces[ns]
             t = tables[table]  # not dropped in the loop: this session's entries are in it
             # A plain lock alone on its variable (a 3-field entry: no value, TTL or description;

@@ -19,6 +19,7 @@ __all__ = [
     "EngineLimits",
     "EngineStatistics",
     "SessionsListing",
+    "VisibleCounts",
     "WaitLimits",
     "WaitStatistics",
 ]
@@ -100,6 +101,19 @@ class SessionsListing:
 
     page: SessionsPage
     owners: tuple[tuple[Hashable, ...], ...]
+
+
+@attrs.frozen
+class VisibleCounts:
+    """What one principal may see of the lock state, counted (``LockCore.visible_counts``):
+    the namespaces it may use that hold entries, their tables and entries, the transactions
+    parked in them, and the live sessions it owns."""
+
+    namespaces: int
+    tables: int
+    entries: int
+    sessions: int
+    waiters: int
 
 
 @attrs.frozen

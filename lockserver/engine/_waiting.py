@@ -261,6 +261,8 @@ class WaitQueue:
         self._ops_by_key: dict[Key, int] = {}
         self._ops_by_session: dict[str, int] = {}
         self._ops_by_principal: dict[Hashable, int] = {}
+        # parked transactions per namespace (a principal's scoped statistics; no key at 0)
+        self.by_namespace: dict[str, int] = {}
         self._deadlines = Deadlines()  # (deadline, seq, waiter), keyed by the waiter
         self._parked_total = 0
         self._granted_total = 0
@@ -370,6 +372,8 @@ class WaitQueue:
         self._ops_by_session[sid] = self._ops_by_session.get(sid, 0) + ops
         self._ops_by_principal[principal] = self._ops_by_principal.get(principal, 0) + ops
         self._by_owner.setdefault(owner, {})[w.seq] = w
+        ns = tx.namespace
+        self.by_namespace[ns] = self.by_namespace.get(ns, 0) + 1
         pending = engine.pending_sets
         watched = self._watched
         for key in w.sets:
@@ -627,6 +631,12 @@ class WaitQueue:
 
     def _remove(self, w: _Waiter) -> None:
         del self._by_token[w.token]
+        ns = w.tx.namespace
+        parked = self.by_namespace[ns] - 1
+        if parked:
+            self.by_namespace[ns] = parked
+        else:
+            del self.by_namespace[ns]
         self._deadlines.discard(w, w.deadline)
         self.engine.store.stored -= w.cost
         ops = w.ops

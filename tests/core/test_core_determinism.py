@@ -265,8 +265,11 @@ def replay(
             stats, outs = core.statistics(now, trust=1.0)
             record.append(("stats", stats))
         # --- the life of requests ---
-        for (o, rid), _ in outs:
+        for (o, rid), payload in outs:
             assert o not in gone, f"output for {labels[o]} after it was gone"
+            if type(payload) is FeedEvent:  # addressed (owner, subscription id), no answer
+                assert rid in subscriptions.get(o, ()), "a feed event of no subscription"
+                continue
             if rid is not None and kind not in ("holders", "waiters", "sessions"):
                 assert (o, rid) not in answered, f"{(labels[o], rid)} answered twice"
                 answered.add((o, rid))

@@ -487,8 +487,10 @@ def test_force_release_of_one_session_leaves_the_others() -> None:
 
 
 def feed(outs: list[Any]) -> list[tuple[Any, ...]]:
+    """(owner, subscription id, kind, table, var, session, reason) of each feed event: a
+    change's one FeedEvent is shared by its outputs, each addressed (owner, subscription)."""
     return [
-        (address[0], e.subscription, e.kind, e.table, e.var, e.session, e.reason)
+        (address[0], address[1], e.kind, e.table, e.var, e.session, e.reason)
         for address, e in outs
         if isinstance(e, FeedEvent)
     ]
@@ -552,6 +554,67 @@ def test_subscriptions_are_bounded_per_owner_and_ids_are_unique() -> None:
     d3 = door()
     d3.subscribe("S", 1)
     assert answer(d3.core.subscribe("S", 1, NS, None)).code is ErrorCode.DUPLICATE_REQUEST_ID
+
+
+def test_subscriptions_are_capped_in_all() -> None:
+    """max_subscriptions = 5 over every owner: the 6th is TOO_LARGE naming the setting and
+    changes nothing; an unsubscribe and an owner gone give theirs back."""
+    d = Door(max_subscriptions=5)
+    for i in range(3):
+        assert answer(d.subscribe("A", i)) == Subscribed(i)
+    for i in range(2):
+        assert answer(d.subscribe("B", i, NS, "t")) == Subscribed(i)
+    refused = answer(d.subscribe("C", 1))
+    assert refused.code is ErrorCode.TOO_LARGE and "max_subscriptions=5" in refused.message
+    assert d.core.subscription_counts("") == (5, 5)
+    assert feed(d.execute("W", n(), "w", tx(Assert(SetVar("t", "x"))), now=START)) == [
+        ("A", 0, FeedKind.GRANTED, "t", "x", "w", None),
+        ("A", 1, FeedKind.GRANTED, "t", "x", "w", None),
+        ("A", 2, FeedKind.GRANTED, "t", "x", "w", None),
+        ("B", 0, FeedKind.GRANTED, "t", "x", "w", None),
+        ("B", 1, FeedKind.GRANTED, "t", "x", "w", None),
+    ]
+    d.unsubscribe("A", 10, 0)
+    assert answer(d.subscribe("C", 2)) == Subscribed(2)
+    d.owner_gone("B", now=START)
+    assert d.core.subscription_counts("") == (3, 3)
+    assert answer(d.subscribe("C", 3)) == Subscribed(3)
+
+
+def test_subscriptions_are_capped_per_principal_with_authentication() -> None:
+    """Authenticated, max_subscriptions_per_principal = 2: each principal's owners together
+    hold 2, one more is TOO_LARGE naming the principal and the setting; another principal is
+    not held back. Without authentication the per-principal cap does not apply."""
+    d = Door(authenticated=True, max_subscriptions_per_principal=2)
+    core = d.core
+    assert answer(core.subscribe("A1", 1, NS, None, "alice")) == Subscribed(1)
+    assert answer(core.subscribe("A2", 1, NS, "t", "alice")) == Subscribed(1)
+    refused = answer(core.subscribe("A2", 2, NS, None, "alice"))
+    assert refused.code is ErrorCode.TOO_LARGE
+    assert "'alice'" in refused.message and "max_subscriptions_per_principal=2" in refused.message
+    assert answer(core.subscribe("B1", 1, NS, None, "bob")) == Subscribed(1)
+    assert core.subscription_counts("alice") == (2, 3)
+    core.owner_gone("A1", now=START, trust=1.0)
+    assert answer(core.subscribe("A2", 3, NS, None, "alice")) == Subscribed(3)
+    open_door = Door(max_subscriptions_per_principal=2).core
+    for i in range(5):
+        assert answer(open_door.subscribe("X", i, NS, None, "")) == Subscribed(i)
+
+
+def test_a_change_is_one_event_shared_by_its_subscriptions() -> None:
+    """One change heard by three subscriptions is three outputs of the SAME FeedEvent object
+    (subscription 0), addressed (owner, subscription id): the namespace's first, then the
+    table's, each in subscribe order; a subscription to another table hears nothing."""
+    d = door()
+    d.subscribe("T", 5, NS, "L")
+    d.subscribe("S", 7)
+    d.subscribe("U", 9, NS, "M")
+    d.subscribe("S", 8)
+    outs = d.execute("A", n(), "a", acquire(), now=START)
+    outs = [o for o in outs if isinstance(o[1], FeedEvent)]
+    assert [address for address, _ in outs] == [("S", 7), ("S", 8), ("T", 5)]
+    events = {id(event) for _, event in outs}
+    assert len(events) == 1 and outs[0][1].subscription == 0
 
 
 def test_a_page_stops_at_its_byte_bound() -> None:

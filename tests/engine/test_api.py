@@ -36,6 +36,7 @@ def test_package_exports() -> None:
             "SessionsListing",
             "ShardedDict",
             "Visibility",
+            "VisibleCounts",
             "same_value",
             "WaitLimits",
             "WaitQueue",

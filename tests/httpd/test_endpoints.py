@@ -62,8 +62,8 @@ async def test_readyz_names_every_reason(
 ) -> None:
     """A server at max_connections and max_sessions, its trust below ready_min_trust (a
     drop from 50 calls/s to none), is not ready for all three reasons at once. (The probe's
-    connection is kept alive from before the limit was reached: a new connection, HTTP or
-    not, counts against max_connections until its first bytes are read, and is refused.)"""
+    connection is kept alive from before the limit was reached; a new one would be served
+    too: tests/server/test_fairness.py.)"""
     server = await start_server(nursery, max_connections=1, max_sessions=1, ready_min_trust=0.9)
     with trio.fail_after(20):
         probe = await HttpClient.connect(server.port)
@@ -190,8 +190,9 @@ TOKENS = (TokenSpec("ops", "s3cret-ops"), TokenSpec("billing", "s3cret-billing",
 
 async def test_tokens_guard_the_data_paths(nursery: trio.Nursery) -> None:
     """With tokens configured: /metrics and /v1/status answer 401 (with WWW-Authenticate)
-    without a token or with a wrong one, 200 with any configured token; /healthz, /readyz
-    and the page need none."""
+    without a token or with a wrong one; /v1/status 200 with any configured token, /metrics
+    (the whole server) 200 with one without a namespace restriction and 403 with a
+    restricted one; /healthz, /readyz and the page need none."""
     server = await start_server(nursery, tokens=TOKENS)
     with trio.fail_after(10):
         for path in ("/metrics", "/v1/status"):
@@ -202,7 +203,8 @@ async def test_tokens_guard_the_data_paths(nursery: trio.Nursery) -> None:
                 assert "token" in response.json()["error"]
             for secret in ("s3cret-ops", "s3cret-billing"):
                 response = await get(server.port, path, (("Authorization", f"Bearer {secret}"),))
-                assert response.status == 200, path
+                restricted = secret == "s3cret-billing" and path == "/metrics"
+                assert response.status == (403 if restricted else 200), path
         for path in ("/healthz", "/readyz", "/"):
             assert (await get(server.port, path)).status == 200, path
 

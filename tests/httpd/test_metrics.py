@@ -57,6 +57,7 @@ FAMILIES = {
     "lockserver_gc_pause_seconds": "counter",
     "lockserver_gc_pause_max_seconds": "gauge",
     "lockserver_http_connections": "gauge",
+    "lockserver_http_connections_evicted": "counter",
     "lockserver_http_connections_refused": "counter",
     "lockserver_http_responses": "counter",
 }

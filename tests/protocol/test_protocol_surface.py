@@ -125,6 +125,7 @@ PUBLIC = {
     "PAGE_BYTES",
     "PAGE_SCAN",
     "FeedEvent",
+    "FeedFrames",
     "FeedKind",
     "ForceRelease",
     "HolderInfo",

@@ -11,6 +11,7 @@ import os
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,9 +37,12 @@ from protocol import (
     DeleteVar,
     EndSession,
     Execute,
+    FeedEvent,
     LockLost,
     SessionSpec,
     SetVar,
+    Subscribe,
+    Subscribed,
     Transaction,
     TransactionResult,
     pack,
@@ -407,3 +411,65 @@ def test_snapshot_refuses_foreign_objects() -> None:
         GroupState.restore(b"not a pickle")
     with pytest.raises(SnapshotError, match="not a GroupState"):
         GroupState.restore(pickle.dumps({"a": 1}))
+
+
+# A snapshot written by the version before the feed's index by table and the subscription
+# caps (commit 9028b58), by this script run with that version's code on PYTHONPATH:
+#
+#     genesis = Genesis(1_700_000_000.0, "old", True, <LIMITS>, <WAIT_LIMITS>)
+#     state = GroupState(genesis)
+#     state.apply_registered("r1", "127.0.0.1:1", 2)
+#     tx = Transaction("ns", (Assert(SetVar("L", "held", "x")),))
+#     ops = [
+#         ["s", 1, wire(Subscribe(7, "ns", None))],
+#         ["s", 1, wire(Subscribe(8, "ns", "L"))],
+#         ["s", 2, wire(Subscribe(9, "ns", "M"))],
+#         ["x", 3, "alice", wire(Execute(1, SessionSpec("s1", 60.0), tx, None))],
+#     ]
+#     state.apply_entry(encode_entry("r1", 1, 1_700_000_001.0, 1.0, ops), 3)
+#     sys.stdout.buffer.write(state.snapshot())
+OLD_SNAPSHOT = Path(__file__).parent / "data" / "snapshot-before-feed-index.bin"
+
+
+def test_a_snapshot_of_the_version_before_the_feed_index_serves_alike() -> None:
+    """The older version's snapshot (its namespace index held every subscription with its
+    table; no counts per namespace or owner) restores: its subscriptions hear what they did
+    (the namespace's, then the table's), one connection's going gives its subscriptions
+    back, the caps are the defaults (its genesis has none), and the counts per namespace
+    and owner are the state's."""
+    state = GroupState.restore(OLD_SNAPSHOT.read_bytes())
+    core = state.core
+    assert core.subscription_counts("") == (3, 3)
+    assert core.engine.entries_by_namespace == {"ns": 1}
+    assert core.engine.sessions_by_tag == {"alice": 1}
+    assert core.waits.by_namespace == {}
+    ops = [
+        [
+            "x",
+            3,
+            "alice",
+            wire(
+                Execute(
+                    2,
+                    SessionSpec("s1", 60.0),
+                    Transaction("ns", (Assert(SetVar("L", "more")), Assert(SetVar("M", "m")))),
+                    None,
+                )
+            ),
+        ]
+    ]
+    outs = state.apply_entry(encode_entry("r1", 2, 1_700_000_002.0, 1.0, ops), 4)
+    heard = [(address, p.table, p.var) for address, p in outs if isinstance(p, FeedEvent)]
+    assert heard == [
+        ((("r1", 1), 7), "L", "more"),
+        ((("r1", 1), 8), "L", "more"),
+        ((("r1", 1), 7), "M", "m"),
+        ((("r1", 2), 9), "M", "m"),
+    ]
+    assert core.engine.entries_by_namespace == {"ns": 3}
+    state.apply_entry(encode_entry("r1", 3, 1_700_000_003.0, 1.0, [["g", 1]]), 5)
+    assert core.subscription_counts("") == (1, 1)
+    sub = ["s", 4, wire(Subscribe(1, "other", None)), "bob"]
+    (answer,) = state.apply_entry(encode_entry("r1", 4, 1_700_000_004.0, 1.0, [sub]), 6)
+    assert answer == ((("r1", 4), 1), Subscribed(1))
+    assert core.subscription_counts("bob") == (1, 2)
