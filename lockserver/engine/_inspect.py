@@ -14,15 +14,20 @@ Rules kept (PROTOCOL.md "Inspection"):
   item to look at (nil: nothing is left). So a page costs O(page + PAGE_SCAN), never O(all).
 - **Cursors resume by key**: a cursor names the next item (namespace, table, var, session for
   holders; session id for sessions; arrival number for waiters) and its position. Resuming
-  looks the key up at that position first, then by key in its container (a list of the
-  container's keys, made in C: O(container), ~0.3 ms for 65,536 variables; a big table's
-  container is one of its 256 shards). An item present for the whole paging and not changed
-  is listed exactly once; an item added meanwhile may or may not be listed; when the item a
-  cursor names is itself removed, paging resumes right after the item before it (the cursor
-  names that one too), and only when both are gone at the old position, which may then skip
-  or repeat a few items of that container. Storage order is insertion order within a container
-  and hash order across a big table's shards and the sessions (so two server processes may
-  list the same state in different orders; a cursor is only valid on the run that made it).
+  copies the keys of the one container the position names at each level (a list made in C)
+  and looks the key up at its index there, then by key. A container of SHARD_AT+ keys is
+  sharded (the namespaces, a namespace's tables, a table's variables, the sessions: 256
+  shards each), and then the container is the one shard the position names: a page costs
+  O(page + PAGE_SCAN + keys / 256), however many tables or namespaces there are (copying a
+  namespace's 300,000 table names cost 13-15 ms a page, issue 30). Waiters resume from the
+  cursor's arrival number by bisection (``WaitQueue.since``). An item present for the
+  whole paging and not changed is listed exactly once; an item added meanwhile may or may
+  not be listed; when the item a cursor names is itself removed, paging resumes right after
+  the item before it (the cursor names that one too), and only when both are gone at the
+  old position, which may then skip or repeat a few items of that container. Storage order
+  is insertion order within a container and hash order across a sharded one's shards (so
+  two server processes may list the same state in different orders; a cursor is only valid
+  on the run that made it).
 - A cursor is refused (INVALID_MESSAGE, naming why) when it is not one of ours, is for
   another listing, was made with other filters, or by another run of the server.
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import heapq
 import itertools
 import json
@@ -61,7 +67,7 @@ from protocol import (
 )
 
 from ._eval import same_value
-from ._sharded import StableKeys, stable_hash
+from ._sharded import ShardedDict, StableKeys, stable_hash
 from ._store import (
     S_FENCE,
     S_OWNER,
@@ -75,7 +81,6 @@ from ._store import (
     Table,
     as_entries,
     entry_desc,
-    entry_fields,
     entry_value,
     find_slot,
     text_len,
@@ -304,57 +309,83 @@ def _match(text: str | None, needle: str | None) -> bool:
     return needle is None or (text is not None and needle in text)
 
 
-# --- holders ----------------------------------------------------------------------------------
+# --- holders ---------------------------------------------------------------------------------
 
-# ns index, ns, table index, table, shard, var index, var, entry index, session, the var
-# before (resume after it when the var is gone; "" at a shard's start)
-_HOLDERS_SHAPE: Final = (int, str, int, str, int, int, str, int, str, str)
+# Where a walk is in a container of keys (the namespaces, a namespace's tables, a table's
+# variables): the shard (0 for a plain dict), the index in it, the key there. A sharded
+# container (ShardedDict, BigTable) is resumed in its one shard: O(keys / SHARDS).
+# (ns: shard, index, name; table: shard, index, name; var: shard, index, name; the entry's
+# index and session; the var before (resume after it when the var is gone; "" at a shard's
+# start). An empty name is a shard's start: names are never empty.)
+_HOLDERS_SHAPE: Final = (int, int, str, int, int, str, int, int, str, int, str, str)
+
+
+def _shards(container: Any) -> list[Any]:
+    """The dicts a container keeps its keys in, in walking order."""
+    t = type(container)
+    if t is ShardedDict or t is BigTable:
+        return container.shards  # type: ignore[no-any-return]
+    return [container]
+
+
+def _walk_keys(
+    container: Any, shard: int, index: int, key: str
+) -> Iterator[tuple[int, int, str, Any]]:
+    """(shard, index, key, the shard's dict) of every key of ``container`` from the position
+    (``shard``, ``index``, ``key``) on (``key`` "": from that shard's start): ``_start``'s rule
+    in that shard, then every later shard from its start. One shard's keys are copied at a
+    time."""
+    shards = _shards(container)
+    for sh_i in range(min(shard, len(shards)), len(shards)):
+        d = shards[sh_i]
+        keys = list(d)
+        i_from = 0
+        if sh_i == shard and key:
+            i_from = _start(keys, key, index)
+        for i in range(i_from, len(keys)):
+            yield sh_i, i, keys[i], d
 
 
 def _walk_holders(
     store: Store, q: ListQuery, at: list[Any] | None
-) -> Iterator[tuple[int, str, int, str, int, Any, list[str], int, int]]:
-    """Every container of variables from position ``at`` on (None: the start): (ns index, ns,
-    table index, table, shard, the shard (a dict var -> slot), its vars, the var index to
-    start at, the entry index to start at in that first var); a table a prefix filter passes
-    over comes with no shard (None: it costs a look). ``at`` steers only the first descent:
-    once the walk leaves a container it names, every later one is walked from its start.
-    (Per container, not per entry: a generator's yield per entry cost ~0.7 us.)"""
-    namespaces = store.namespaces
-    if q.namespace is None:
-        ns_keys = list(namespaces)
-    else:
-        ns_keys = [q.namespace] if q.namespace in namespaces else []
-    ns_from = 0 if at is None else _start(ns_keys, at[1], at[0])
+) -> Iterator[tuple[tuple[Any, ...], Any, list[str], int, int]]:
+    """Every container of variables from position ``at`` on (None: the start): (where: the
+    position's first fields (ns shard, index, ns, table shard, index, table, var shard), the
+    var shard (a dict var -> slot), its vars, the var index to start at, the entry index to
+    start at in that first var); a table a prefix filter passes over comes with no var shard
+    (None: it costs a look). ``at`` steers only the first descent: once the walk leaves a
+    container it names, every later one is walked from its start. (Per container, not per
+    entry: a generator's yield per entry cost ~0.7 us.)"""
+    namespaces: Any = store.namespaces
+    if q.namespace is not None:
+        tables = namespaces.get(q.namespace)
+        namespaces = {} if tables is None else {q.namespace: tables}
     table_prefix = q.table
-    for ns_i in range(ns_from, len(ns_keys)):
-        ns = ns_keys[ns_i]
-        if at is not None and at[1] != ns:
+    ns_at = (0, 0, "") if at is None else (at[0], at[1], at[2])
+    for ns_sh, ns_i, ns, ns_dict in _walk_keys(namespaces, *ns_at):
+        if at is not None and at[2] != ns:
             at = None
-        tables = namespaces[ns]
-        t_keys = list(tables)
-        t_from = 0 if at is None else _start(t_keys, at[3], at[2])
-        for t_i in range(t_from, len(t_keys)):
-            table = t_keys[t_i]
-            if at is not None and at[3] != table:
+        t_at = (0, 0, "") if at is None else (at[3], at[4], at[5])
+        for t_sh, t_i, table, t_dict in _walk_keys(ns_dict[ns], *t_at):
+            if at is not None and at[5] != table:
                 at = None
             if table_prefix is not None and not table.startswith(table_prefix):
-                yield ns_i, ns, t_i, table, 0, None, [], 0, 0
+                yield (ns_sh, ns_i, ns, t_sh, t_i, table, 0), None, [], 0, 0
                 continue
-            t: Table = tables[table]
+            t: Table = t_dict[table]
             shards: list[Any] = t.shards if type(t) is BigTable else [t]
-            sh_from = 0 if at is None else min(at[4], len(shards))
+            sh_from = 0 if at is None else min(at[6], len(shards))
             for sh_i in range(sh_from, len(shards)):
                 shard = shards[sh_i]
                 v_keys = list(shard)
                 v_from = e_from = 0
-                if at is not None and at[4] == sh_i:
-                    v_from = _start(v_keys, at[6], at[5], at[9] or None)
-                    if v_from < len(v_keys) and v_keys[v_from] == at[6]:
-                        owners = [e[S_OWNER] for e in as_entries(shard[at[6]])]
-                        e_from = _start(owners, at[8], at[7])
+                if at is not None and at[6] == sh_i:
+                    v_from = _start(v_keys, at[8], at[7], at[11] or None)
+                    if v_from < len(v_keys) and v_keys[v_from] == at[8]:
+                        owners = [e[S_OWNER] for e in as_entries(shard[at[8]])]
+                        e_from = _start(owners, at[10], at[9])
                 at = None
-                yield ns_i, ns, t_i, table, sh_i, shard, v_keys, v_from, e_from
+                yield (ns_sh, ns_i, ns, t_sh, t_i, table, sh_i), shard, v_keys, v_from, e_from
 
 
 def list_holders(
@@ -377,11 +408,13 @@ def list_holders(
     records: list[HolderInfo] = []
     size = scanned = 0
     walk = _walk_holders(store, q, at)
-    for ns_i, ns, t_i, table, sh_i, shard, v_keys, v_from, first_entry in walk:
+    for where, shard, v_keys, v_from, first_entry in walk:
         e_from = first_entry
+        ns = where[2]
+        table = where[5]
         if shard is None or (visible is not None and not visible.allows(ns)):
             if scanned >= PAGE_SCAN:
-                pos = [ns_i, ns, t_i, table, sh_i, 0, "", 0, "", ""]
+                pos = [*where, 0, "", 0, "", ""]
                 return HoldersPage(records, _encode_cursor("holders", run, q, pos))
             scanned += 1
             continue
@@ -390,7 +423,7 @@ def list_holders(
             if var_prefix is not None and not var.startswith(var_prefix):
                 if scanned >= PAGE_SCAN:
                     prev = v_keys[v_i - 1] if v_i else ""
-                    pos = [ns_i, ns, t_i, table, sh_i, v_i, var, 0, "", prev]
+                    pos = [*where, v_i, var, 0, "", prev]
                     return HoldersPage(records, _encode_cursor("holders", run, q, pos))
                 scanned += 1
                 continue
@@ -402,21 +435,24 @@ def list_holders(
                 sid = e[S_OWNER]
                 if scanned >= PAGE_SCAN:
                     prev = v_keys[v_i - 1] if v_i else ""
-                    pos = [ns_i, ns, t_i, table, sh_i, v_i, var, e_i, sid, prev]
+                    pos = [*where, v_i, var, e_i, sid, prev]
                     return HoldersPage(records, _encode_cursor("holders", run, q, pos))
                 scanned += 1
                 if only is not None and sid != only:
                     continue
                 owner = shards[hash(sid) & mask].get(sid)
                 sdesc = "" if owner is None else owner.description
-                _, value, desc, _, set_at, expires, fence = entry_fields(e)
+                n = len(e)  # entry_fields inlined (a call per record)
+                value = e[3] if n > 3 else None
+                desc = e[6] if n > 6 else None
+                expires = e[5] if n > 5 else None
                 if match is not None and match not in sdesc and (desc is None or match not in desc):
                     continue
                 cost = _HOLDER_BYTES + names + 2 * len(sid) + len(sdesc)
                 cost += value_size(value) + (0 if desc is None else len(desc))
                 if len(records) == limit or (records and size + cost > PAGE_BYTES):
                     prev = v_keys[v_i - 1] if v_i else ""
-                    pos = [ns_i, ns, t_i, table, sh_i, v_i, var, e_i, sid, prev]
+                    pos = [*where, v_i, var, e_i, sid, prev]
                     return HoldersPage(records, _encode_cursor("holders", run, q, pos))
                 size += cost
                 records.append(
@@ -428,9 +464,9 @@ def list_holders(
                         sdesc,
                         value,
                         desc,
-                        set_at + offset,
+                        e[S_SET_AT] + offset,
                         None if expires is None else expires + offset,
-                        fence,
+                        e[S_FENCE],
                     )
                 )
             e_from = 0
@@ -646,20 +682,28 @@ def _waiter_matches(w: Any, q: ListQuery, visible: Visibility | None) -> bool:
 def list_waiters(
     engine: Engine, waits: WaitQueue, q: ListQuery, visible: Visibility | None, run: int
 ) -> WaitersPage:
-    """A page of parked transactions matching ``q``, oldest first."""
+    """A page of parked transactions matching ``q``, oldest first: found from the cursor's
+    arrival number in O(log waiters); each variable's queue (for the positions) is read once
+    per page."""
     offset = engine.store.wall_offset
     at = None if q.cursor is None else _decode_cursor("waiters", run, q, _WAITERS_SHAPE)
-    parked = waits.in_order()
-    first = 0 if at is None else _first_at_or_after(parked, at[0])
+    queues: dict[tuple[str, str, str], list[int]] = {}  # key -> its waiters' arrival numbers
+
+    def position(w: Any, key: tuple[str, str, str]) -> int:
+        seqs = queues.get(key)
+        if seqs is None:
+            seqs = queues[key] = waits.arrivals(key)
+        return bisect.bisect_left(seqs, w.seq)
+
     limit = q.page_size
     records: list[WaiterInfo] = []
     size = 0
-    for scanned, w in enumerate(parked[first:]):
+    for scanned, w in enumerate(waits.since(0 if at is None else at[0])):
         if scanned >= PAGE_SCAN:
             return WaitersPage(records, _encode_cursor("waiters", run, q, [w.seq]))
         if not _waiter_matches(w, q, visible):
             continue
-        variables = tuple((t, v, waits.position(w, (ns, t, v))) for ns, t, v in sorted(w.keys))
+        variables = tuple((t, v, position(w, (ns, t, v))) for ns, t, v in sorted(w.keys))
         cost = _WAITER_BYTES + len(w.session.session_id) + len(w.tx.description)
         cost += sum(24 + len(t) + len(v) for t, v, _ in variables)
         if len(records) == limit or (records and size + cost > PAGE_BYTES):
@@ -676,19 +720,6 @@ def list_waiters(
             )
         )
     return WaitersPage(records, None)
-
-
-def _first_at_or_after(parked: list[Any], seq: int) -> int:
-    """Index of the first waiter whose arrival number is ``seq`` or later (binary search:
-    the queue keeps arrival order)."""
-    lo, hi = 0, len(parked)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if parked[mid].seq < seq:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 #: Most tables :func:`busiest_tables` looks at per call. Each costs one ``len`` (a table keeps

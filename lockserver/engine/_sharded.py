@@ -7,7 +7,9 @@ table, 42-165 ms for a million sessions, on the benchmark machine (benchmarks/st
 Split over SHARDS dicts by the key's hash, a rebuild moves 1/SHARDS of the keys. The price is
 a method call per operation (~0.05-0.1 µs); the evaluator's hot paths skip it by going to
 ``shards[hash(key) & mask]`` themselves (and then keep ``n`` right). Big tables
-(``_eval.BigTable``) and the sessions use it.
+(``_store.BigTable``), big namespaces and many namespaces (``_store.Tables``,
+``_store.Namespaces``) and the sessions use it. A listing resumes in one shard
+(``_inspect.py``): a page costs O(shard), never a copy of every key.
 
 ``StableKeys`` is the same idea for a set of keys that must iterate alike in every process
 (a session's held variables in one table: the order they are released in when it ends shows
@@ -23,7 +25,7 @@ from typing import TypeVar
 
 from mypy_extensions import mypyc_attr
 
-__all__ = ["SHARDS", "ShardedDict", "StableKeys", "stable_hash"]
+__all__ = ["SHARDS", "ShardedDict", "StableKeys", "sharded", "stable_hash"]
 
 V = TypeVar("V")
 # Shards per ShardedDict, a power of two. A module global on purpose: tests shrink it to put
@@ -93,6 +95,16 @@ class ShardedDict(MutableMapping[str, V]):
         for key, value in items:
             shards[hash(key) & mask][key] = value
         self.n = len(items)
+
+
+def sharded(items: dict[str, V]) -> ShardedDict[V]:
+    """A ShardedDict (of plain dict shards) holding ``items`` (one synchronous copy)."""
+    out: ShardedDict[V] = ShardedDict()
+    shards, mask = out.shards, out.mask
+    for key, value in items.items():
+        shards[hash(key) & mask][key] = value
+    out.n = len(items)
+    return out
 
 
 def stable_hash(key: str) -> int:

@@ -9,8 +9,11 @@ clock origin), so the evaluator gets a store and never the engine.
 Layout: namespace -> table -> variable -> *slot*: the one ``Entry`` tuple when one entry holds
 the variable, a list of 2+ entries in order otherwise. ``SessionRecord`` indexes what a session
 holds as (namespace, table) -> {var: None} plus a count, so ending it costs O(its entries);
-a table of SHARD_AT+ variables is a ``BigTable`` and a session's group of SHARD_AT+ variables
-a ``StableKeys`` (``Group``), so that no single insert rebuilds a dict of all of them.
+a table of SHARD_AT+ variables is a ``BigTable``, a namespace of SHARD_AT+ tables a
+``ShardedDict`` of them (``Tables``), the namespaces themselves one past SHARD_AT namespaces
+(``Namespaces``), and a session's group of SHARD_AT+ variables a ``StableKeys`` (``Group``):
+so that no single insert rebuilds a dict of all of them, and a listing resumes in one shard
+of each (``_inspect.py``), never in a copy of all of them.
 
 Memory notes (measured by ``benchmarks.engine_micro --prefill``): a table maps each variable to
 its *slot*: the Entry tuple itself when one entry holds it (a lock: by far the common case),
@@ -58,10 +61,13 @@ __all__ = [
     "EngineError",
     "Entry",
     "Group",
+    "Namespaces",
     "SessionRecord",
     "Slot",
     "Store",
     "Table",
+    "TableMap",
+    "Tables",
     "Vars",
     "add_var",
     "as_entries",
@@ -75,6 +81,7 @@ __all__ = [
     "find_slot",
     "make_entry",
     "shard_of",
+    "tables_shard",
     "store_full",
     "text_len",
 ]
@@ -238,6 +245,19 @@ class BigTable(ShardedDict[Slot]):
 
 Table = Vars | BigTable
 
+# A namespace's tables: a dict, moved into a ShardedDict once it holds SHARD_AT tables (the
+# evaluator's SetVar does it; it stays one until the namespace is empty and dropped), and the
+# namespaces the same way once there are SHARD_AT of them. Why: the rebuild a BigTable avoids
+# (a namespace of a million one-variable tables is a dict of a million), and the listings:
+# a page resumes in one shard (O(tables / 256)), where it copied the namespace's table names
+# (13-15 ms a page with 300,000 tables, issue 30). The hot paths reach a shard themselves
+# (``shards[hash(table) & mask]``, then ``n`` kept right); other code goes through the
+# mapping's methods, which a ShardedDict has too. Its order depends on the process's hash
+# seed: only the listings walk it (a session's release order comes from its own keys).
+TableMap = dict[str, Table]  # a namespace's tables as a dict, or one shard of them
+Tables = TableMap | ShardedDict[Table]
+Namespaces = dict[str, Tables] | ShardedDict[Tables]
+
 # A session's held vars in one table (``SessionRecord.keys``): a dict used as an ordered set,
 # moved into a StableKeys once it holds SHARD_AT vars (the evaluator's SetVar does it; it
 # stays one until the group is empty and dropped). Why: the same rebuild as a table's (a
@@ -255,15 +275,24 @@ def shard_of(table: Table, var: str) -> Vars:
     return table  # type: ignore[return-value]
 
 
-def find_slot(tables: dict[str, Table] | None, table: str, var: str) -> Slot | None:
-    """The slot of ``table``/``var``, or None."""
-    t = None if tables is None else tables.get(table)
+def tables_shard(tables: Tables, table: str) -> TableMap:
+    """The dict that holds (or would hold) ``table`` of a namespace's ``tables``."""
+    if type(tables) is ShardedDict:
+        return tables.shards[hash(table) & tables.mask]
+    return tables  # type: ignore[return-value]
+
+
+def find_slot(tables: Tables | None, table: str, var: str) -> Slot | None:
+    """The slot of ``table``/``var`` in a namespace's ``tables``, or None."""
+    if tables is None:
+        return None
+    t = tables_shard(tables, table).get(table)
     if t is None:
         return None
     return shard_of(t, var).get(var)
 
 
-def add_var(tables: dict[str, Table], table: str, var: str, slot: Slot) -> bool:
+def add_var(tables: Tables, table: str, var: str, slot: Slot) -> bool:
     """Store ``slot`` under ``var``, absent until now; create the table when missing (then
     True)."""
     t = tables.get(table)
@@ -276,7 +305,7 @@ def add_var(tables: dict[str, Table], table: str, var: str, slot: Slot) -> bool:
     return created
 
 
-def drop_var(tables: dict[str, Table], table: str, var: str) -> bool:
+def drop_var(tables: Tables, table: str, var: str) -> bool:
     """Remove ``var`` (present) from ``table``; drop the table once empty (then True)."""
     t = tables[table]
     del t[var]
@@ -369,9 +398,10 @@ class SessionRecord:
 class Store:
     """The data every transaction reads and changes, and the counts kept with it.
 
-    ``namespaces``: namespace -> table name -> ``Table``. ``entry_count``, ``table_count`` and
-    ``stored`` (what the store budget counts, ``entry_cost``) are kept incrementally by
-    whoever changes the data. ``max_*``: the bounds a new entry is checked against.
+    ``namespaces``: namespace -> table name -> ``Table`` (``Namespaces``, ``Tables``).
+    ``entry_count``, ``table_count`` and ``stored`` (what the store budget counts,
+    ``entry_cost``) are kept incrementally by whoever changes the data. ``max_*``: the
+    bounds a new entry is checked against.
     ``pending_sets``: (namespace, table, var) -> {session id: parked transactions of that
     session holding a SetVar on it}, kept by the wait queue, read by ``Waiting``. With
     ``track_changes`` on, ``note_change`` collects the variables changed and the engine
@@ -394,7 +424,7 @@ class Store:
         self.wall_at_start = wall_at_start
         # Engine time + wall_offset = wall-clock seconds (what records show people).
         self.wall_offset = wall_at_start - started_at
-        self.namespaces: dict[str, dict[str, Table]] = {}
+        self.namespaces: Namespaces = {}
         self.entry_count = 0
         self.table_count = 0
         self.stored = 0

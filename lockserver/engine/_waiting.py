@@ -44,9 +44,10 @@ freed at once, not when its wait would have run out. The queue is pure: every me
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Hashable, Iterable, Iterator
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import attrs
 from mypy_extensions import mypyc_attr
@@ -238,6 +239,60 @@ class _Waiter:
 #: (token, what to answer it with): a result, or an error reply's EngineError.
 Answer = tuple[Hashable, TransactionResult | EngineError]
 
+#: Most waiters in one run of ``Arrivals``.
+ARRIVAL_RUN: Final = 256
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+class Arrivals:
+    """The parked waiters in arrival order, found from an arrival number in O(log n), so a
+    waiters listing resumes where its cursor left off at the cost of its page (a dict in
+    arrival order can only be walked from its start: every page copied all 100,000).
+
+    Kept as runs (lists of at most ``ARRIVAL_RUN`` waiters, in arrival order) and the
+    arrival number of each run's first waiter: a newcomer arrives last, so it goes to the
+    end of the last run (a new run when that one is full); a waiter leaves from its run,
+    found by bisection, and an emptied run goes. Runs are never merged: there are at most as
+    many as waiters, and removing one moves only the list of runs (C, pointers)."""
+
+    __slots__ = ("firsts", "runs")
+
+    def __init__(self) -> None:
+        self.runs: list[list[Any]] = []
+        self.firsts: list[int] = []
+
+    def add(self, w: Any) -> None:
+        """Append ``w``, whose arrival number is higher than every other's."""
+        runs = self.runs
+        if runs and len(runs[-1]) < ARRIVAL_RUN:
+            runs[-1].append(w)
+        else:
+            runs.append([w])
+            self.firsts.append(w.seq)
+
+    def remove(self, w: Any) -> None:
+        """Remove ``w`` (present)."""
+        i = bisect.bisect_right(self.firsts, w.seq) - 1
+        run = self.runs[i]
+        j = 0
+        while run[j] is not w:
+            j += 1
+        del run[j]
+        if not run:
+            del self.runs[i]
+            del self.firsts[i]
+        elif j == 0:
+            self.firsts[i] = run[0].seq
+
+    def since(self, seq: int) -> Iterator[Any]:
+        """The waiters whose arrival number is ``seq`` or later, oldest first."""
+        runs = self.runs
+        i = max(0, bisect.bisect_right(self.firsts, seq) - 1)
+        for k in range(i, len(runs)):
+            for w in runs[k]:
+                if w.seq >= seq:
+                    yield w
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
 class WaitQueue:
@@ -251,6 +306,7 @@ class WaitQueue:
         self._seq = 0
         self._version = 0
         self._by_token: dict[Hashable, _Waiter] = {}
+        self._arrivals = Arrivals()  # the same waiters, in arrival order (for listings)
         self._by_key: dict[Key, dict[int, _Waiter]] = {}
         self._by_session: dict[str, dict[int, _Waiter]] = {}
         self._by_owner: dict[Hashable, dict[int, _Waiter]] = {}
@@ -355,6 +411,7 @@ class WaitQueue:
         w = _Waiter(self._seq, owner, principal, token, session, tx, shape, now, now + wait, last)
         w.seen = self._version
         self._by_token[token] = w
+        self._arrivals.add(w)
         ops = w.ops
         by_key = self._ops_by_key
         for key in w.keys:
@@ -587,13 +644,19 @@ class WaitQueue:
         """Tokens of the waiters of one variable, oldest first (for tests and statistics)."""
         return [w.token for _, w in sorted(self._by_key.get(key, {}).items())]
 
-    def in_order(self) -> list[Any]:
-        """Every parked transaction (its waiter record), oldest first (for listings)."""
-        return list(self._by_token.values())
+    def since(self, seq: int) -> Iterator[Any]:
+        """The parked transactions (their waiter records) that arrived as number ``seq`` or
+        later, oldest first (for listings: O(log waiters) to start)."""
+        return self._arrivals.since(seq)
+
+    def arrivals(self, key: Key) -> list[int]:
+        """The arrival numbers of the waiters of ``key``, oldest first (a waiter's position
+        in the queue of ``key`` is where its number sorts in: ``bisect``)."""
+        return list(self._by_key.get(key, ()))
 
     def position(self, waiter: Any, key: Key) -> int:
         """How many waiters of ``key`` arrived before ``waiter`` (0: it is the oldest)."""
-        return list(self._by_key.get(key, {})).index(waiter.seq)
+        return bisect.bisect_left(self.arrivals(key), waiter.seq)
 
     def parked_count(self, session_id: str) -> int:
         """How many transactions of a session are parked."""
@@ -616,6 +679,7 @@ class WaitQueue:
 
     def _remove(self, w: _Waiter) -> None:
         del self._by_token[w.token]
+        self._arrivals.remove(w)
         self._deadlines.discard(w, w.deadline)
         self.engine.store.stored -= w.cost
         ops = w.ops

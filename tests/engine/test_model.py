@@ -595,8 +595,11 @@ class EngineVersusModel(RuleBasedStateMachine):
         """The engine stores exactly the model's entries, in the same order, and keeps no
         empty containers."""
         assert typed(engine_dump(self.engine)) == typed(self.model.data)
-        for tbls in self.engine.namespaces.values():
+        namespaces = self.engine.namespaces
+        assert len(namespaces) == sum(1 for _ in namespaces)  # a sharded form's count is right
+        for tbls in namespaces.values():
             assert tbls
+            assert len(tbls) == sum(1 for _ in tbls)
             for vars_ in tbls.values():
                 assert vars_
                 assert all(vars_.values())
@@ -700,10 +703,11 @@ def test_model_value_equality_is_strict(pair: tuple[Any, Any]) -> None:
 
 
 def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same state machine with every table sharded from its second variable on, and every
-    sharded dict (tables, sessions) over 4 shards: the big-table form (``BigTable`` in
-    lockserver/engine/_eval.py) must behave exactly like the small one through every way
-    entries come and go."""
+    """The same state machine with every table sharded from its second variable on, every
+    namespace from its second table on, the namespaces from the second, and every sharded
+    dict (tables, namespaces, sessions) over 4 shards: the big forms (``BigTable``, a
+    ``ShardedDict`` of tables or of namespaces: lockserver/engine/_store.py) must behave
+    exactly like the small ones through every way entries come and go."""
     from hypothesis.stateful import run_state_machine_as_test
 
     from lockserver.engine import _eval, _sharded, _store
@@ -712,6 +716,8 @@ def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(_store, "SHARD_AT", 2)  # used by add_var
     monkeypatch.setattr(_sharded, "SHARDS", 4)  # the sessions get 4 shards too
     seen: list[bool] = []
+    big_namespaces: list[bool] = []
+    many_namespaces: list[bool] = []
 
     class Sharded(EngineVersusModel):
         @invariant()
@@ -721,6 +727,10 @@ def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> No
                 for tbls in self.engine.namespaces.values()
                 for t in tbls.values()
             )
+            big_namespaces.extend(
+                type(tbls) is _sharded.ShardedDict for tbls in self.engine.namespaces.values()
+            )
+            many_namespaces.append(type(self.engine.namespaces) is _sharded.ShardedDict)
 
     run_state_machine_as_test(
         Sharded,
@@ -732,3 +742,5 @@ def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> No
         ),
     )
     assert any(seen), "no table was ever sharded: the test did not test the sharded form"
+    assert any(big_namespaces), "no namespace's tables were ever sharded"
+    assert any(many_namespaces), "the namespaces were never sharded"
