@@ -61,7 +61,7 @@ from protocol import (
     value_size,
 )
 
-from ._sharded import ShardedDict, StableKeys, sharded
+from ._sharded import ShardedDict, StableKeys, StableMap, sharded
 from ._store import (
     ENTRY_BASE,
     S_OWNER,
@@ -458,6 +458,8 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
     group = keys.get((ctx.namespace, table))
     if group is None:
         group = keys[ctx.namespace, table] = {}
+        if type(keys) is dict and len(keys) >= SHARD_AT:
+            keys = session.keys = StableMap(keys)  # (_store.Held says why)
     group[var] = None
     if type(group) is dict and len(group) >= SHARD_AT:
         keys[ctx.namespace, table] = StableKeys(group)  # (_store.Group says why)

@@ -67,7 +67,7 @@ from protocol import (
 )
 
 from ._eval import same_value
-from ._sharded import ShardedDict, StableKeys, stable_hash
+from ._sharded import ShardedDict, StableKeys, StableMap
 from ._store import (
     S_FENCE,
     S_OWNER,
@@ -75,7 +75,6 @@ from ._store import (
     BigTable,
     EngineError,
     Entry,
-    Group,
     SessionRecord,
     Store,
     Table,
@@ -323,24 +322,24 @@ _HOLDERS_SHAPE: Final = (int, int, str, int, int, str, int, int, str, int, str, 
 def _shards(container: Any) -> list[Any]:
     """The dicts a container keeps its keys in, in walking order."""
     t = type(container)
-    if t is ShardedDict or t is BigTable:
+    if t is ShardedDict or t is BigTable or t is StableKeys or t is StableMap:
         return container.shards  # type: ignore[no-any-return]
     return [container]
 
 
 def _walk_keys(
-    container: Any, shard: int, index: int, key: str
-) -> Iterator[tuple[int, int, str, Any]]:
+    container: Any, shard: int, index: int, key: Any
+) -> Iterator[tuple[int, int, Any, Any]]:
     """(shard, index, key, the shard's dict) of every key of ``container`` from the position
-    (``shard``, ``index``, ``key``) on (``key`` "": from that shard's start): ``_start``'s rule
-    in that shard, then every later shard from its start. One shard's keys are copied at a
-    time."""
+    (``shard``, ``index``, ``key``) on (``key`` None: from that shard's start): ``_start``'s
+    rule in that shard, then every later shard from its start. One shard's keys are copied
+    at a time."""
     shards = _shards(container)
     for sh_i in range(min(shard, len(shards)), len(shards)):
         d = shards[sh_i]
         keys = list(d)
         i_from = 0
-        if sh_i == shard and key:
+        if sh_i == shard and key is not None:
             i_from = _start(keys, key, index)
         for i in range(i_from, len(keys)):
             yield sh_i, i, keys[i], d
@@ -361,11 +360,11 @@ def _walk_holders(
         tables = namespaces.get(q.namespace)
         namespaces = {} if tables is None else {q.namespace: tables}
     table_prefix = q.table
-    ns_at = (0, 0, "") if at is None else (at[0], at[1], at[2])
+    ns_at = (0, 0, None) if at is None else (at[0], at[1], at[2] or None)
     for ns_sh, ns_i, ns, ns_dict in _walk_keys(namespaces, *ns_at):
         if at is not None and at[2] != ns:
             at = None
-        t_at = (0, 0, "") if at is None else (at[3], at[4], at[5])
+        t_at = (0, 0, None) if at is None else (at[3], at[4], at[5] or None)
         for t_sh, t_i, table, t_dict in _walk_keys(ns_dict[ns], *t_at):
             if at is not None and at[5] != table:
                 at = None
@@ -473,16 +472,18 @@ def list_holders(
     return HoldersPage(records, None)
 
 
-# group index, namespace, table, var index, var: a position in one session's index
-_SESSION_HOLDERS_SHAPE: Final = (int, str, str, int, str)
+# A position in one session's index: group shard, index, namespace, table; var shard, index,
+# var (namespace or var "": that shard's start).
+_SESSION_HOLDERS_SHAPE: Final = (int, int, str, str, int, int, str)
 
 
 def _session_holders(
     engine: Engine, q: ListQuery, visible: Visibility | None, run: int
 ) -> HoldersPage:
     """The holders page of one session (``q.session``): its index of held entries, (ns,
-    table) group by group in the order it took them, walked from the cursor: O(page), however
-    much the others hold. The order differs from the full listing's (by session, not by
+    table) group by group in its order, walked from the cursor (in one shard of its groups
+    and of the group: ``StableMap``, ``StableKeys``): O(page), however much the others or
+    the session itself hold. The order differs from the full listing's (by session, not by
     table); a cursor of one is refused by the other (other filters)."""
     assert q.session is not None
     s: SessionRecord | None = engine.sessions.get(q.session)
@@ -493,13 +494,14 @@ def _session_holders(
         at = _decode_cursor("holders", run, q, _SESSION_HOLDERS_SHAPE)
     store = engine.store
     namespaces = store.namespaces
-    groups = list(s.keys)
-    g_from = 0 if at is None else _start(groups, (at[1], at[2]), at[0])
     records: list[HolderInfo] = []
     size = scanned = 0
-    for g_i in range(g_from, len(groups)):
-        ns, table = groups[g_i]
-        resume = at if at is not None and (at[1], at[2]) == (ns, table) else None
+    g_at = (0, 0, None) if at is None else (at[0], at[1], (at[2], at[3]) if at[2] else None)
+    for g_sh, g_i, key, groups in _walk_keys(s.keys, *g_at):
+        ns, table = key
+        v_at = (0, 0, None)
+        if at is not None and (at[2], at[3]) == key:
+            v_at = (at[4], at[5], at[6] or None)
         at = None
         if (
             (q.namespace is not None and ns != q.namespace)
@@ -507,21 +509,19 @@ def _session_holders(
             or (visible is not None and not visible.allows(ns))
         ):
             if scanned >= PAGE_SCAN:
-                return HoldersPage(
-                    records, _encode_cursor("holders", run, q, [g_i, ns, table, 0, ""])
-                )
+                pos = [g_sh, g_i, ns, table, 0, 0, ""]
+                return HoldersPage(records, _encode_cursor("holders", run, q, pos))
             scanned += 1
             continue
-        group = s.keys[ns, table]
-        walk = _group_from(group, resume[4], resume[3]) if resume else enumerate(group)
-        for v_i, var in walk:
-            pos = [g_i, ns, table, v_i, var]
+        tables = namespaces.get(ns)
+        for v_sh, v_i, var, _ in _walk_keys(groups[key], *v_at):
+            pos = [g_sh, g_i, ns, table, v_sh, v_i, var]
             if scanned >= PAGE_SCAN:
                 return HoldersPage(records, _encode_cursor("holders", run, q, pos))
             scanned += 1
             if q.var is not None and not var.startswith(q.var):
                 continue
-            slot = find_slot(namespaces.get(ns), table, var)
+            slot = find_slot(tables, table, var)
             e = next(e for e in as_entries(slot) if e[S_OWNER] == s.session_id)  # type: ignore[arg-type]
             if not (_match(s.description, q.match) or _match(entry_desc(e), q.match)):
                 continue
@@ -533,70 +533,71 @@ def _session_holders(
     return HoldersPage(records, None)
 
 
-def _group_from(group: Group, var: str, hint: int) -> Iterator[tuple[int, str]]:
-    """(index, var) of a session's group from where a cursor left it (``var``, last seen at
-    index ``hint``; ``_start``'s rule). A ``StableKeys`` is walked shard by shard from the
-    shard that holds the place, so a page costs O(its shard), not O(the group)."""
-    if type(group) is not StableKeys:
-        group_vars = list(group)
-        v_from = _start(group_vars, var, hint)
-        yield from enumerate(group_vars[v_from:], v_from)
-        return
-    shards = group.shards
-    home = stable_hash(var) & group.mask
-    if var in shards[home]:
-        first = home
-        v_i = sum(map(len, shards[:home]))
-        skip = list(shards[home]).index(var)
-    else:  # gone since: at the old index
-        first, v_i, skip = 0, 0, min(hint, len(group))
-        while first < len(shards) and skip >= len(shards[first]):
-            skip -= len(shards[first])
-            v_i += len(shards[first])
-            first += 1
-    v_i += skip
-    for k in range(first, len(shards)):
-        shard_vars = list(shards[k])[skip:] if k == first else list(shards[k])
-        for shard_var in shard_vars:
-            yield v_i, shard_var
-            v_i += 1
-
-
 # --- sessions ---------------------------------------------------------------------------------
 
-# shard, index, session id, the session id before (resume after it when the id is gone)
-_SESSIONS_SHAPE: Final = (int, int, str, str)
+# shard, index, session id, the session id before (resume after it when the id is gone);
+# then where the page's looks ran out inside that session's groups ("" namespace: not inside):
+# group shard, index, namespace, table, var shard, index, var, and what was found in it
+# before (placed, seen: 0 or 1).
+_SESSIONS_SHAPE: Final = (int, int, str, str, int, int, str, str, int, int, str, int, int)
+_NOT_INSIDE: Final = (0, 0, "", "", 0, 0, "", 0, 0)
 
 
-def _session_matches(
-    s: SessionRecord, q: ListQuery, visible: Visibility | None
-) -> tuple[bool, int]:
-    """Whether ``s`` passes the filters and the principal's view, and how many of its table
-    groups were looked at (the cost)."""
+def _session_scan(
+    s: SessionRecord,
+    q: ListQuery,
+    visible: Visibility | None,
+    budget: int,
+    inside: list[Any] | None,
+) -> tuple[bool | None, int, list[Any]]:
+    """Whether ``s`` passes the filters and the principal's view, how many looks that took
+    (one, and one per group and per variable looked at), and, when ``budget`` looks ran out
+    first (then None: undecided), where in its groups to go on (``_SESSIONS_SHAPE``'s
+    inside part). ``inside``: where an earlier page stopped in ``s`` (None: its start)."""
     if q.session is not None and s.session_id != q.session:
-        return False, 1
+        return False, 1, []
     if not _match(s.description, q.match):
-        return False, 1
+        return False, 1, []
     looked = 1
-    placed = q.namespace is None and q.table is None and q.var is None
-    seen = visible is None or s.tag == visible.name
-    for (ns, table), group in s.keys.items():
-        if placed and seen:
-            break
+    if inside is None:
+        placed = q.namespace is None and q.table is None and q.var is None
+        seen = visible is None or s.tag == visible.name
+        g_at: tuple[int, int, Any] = (0, 0, None)
+    else:
+        placed, seen = bool(inside[7]), bool(inside[8])
+        g_at = (inside[0], inside[1], (inside[2], inside[3]))
+    if placed and seen:
+        return True, looked, []
+    var_prefix = q.var
+    for g_sh, g_i, key, groups in _walk_keys(s.keys, *g_at):
+        ns, table = key
+        v_at: tuple[int, int, Any] = (0, 0, None)
+        if inside is not None and (inside[2], inside[3]) == key:
+            v_at = (inside[4], inside[5], inside[6] or None)
+        inside = None
+        if looked >= budget:
+            stop = [g_sh, g_i, ns, table, v_at[0], v_at[1], v_at[2] or ""]
+            return None, looked, [*stop, int(placed), int(seen)]
         looked += 1
         if not seen and visible is not None and visible.allows(ns):
             seen = True
-        if placed:
-            continue
-        if (q.namespace is None or ns == q.namespace) and (
-            q.table is None or table.startswith(q.table)
+        if not placed and (
+            (q.namespace is None or ns == q.namespace)
+            and (q.table is None or table.startswith(q.table))
         ):
-            if q.var is None:
+            if var_prefix is None:
                 placed = True
             else:
-                looked += len(group)
-                placed = any(var.startswith(q.var) for var in group)
-    return placed and seen, looked
+                for v_sh, v_i, var, _ in _walk_keys(groups[key], *v_at):
+                    if looked >= budget:
+                        return None, looked, [g_sh, g_i, ns, table, v_sh, v_i, var, 0, int(seen)]
+                    looked += 1
+                    if var.startswith(var_prefix):
+                        placed = True
+                        break
+        if placed and seen:
+            return True, looked, []
+    return False, looked, []
 
 
 def _walk_sessions(
@@ -629,15 +630,19 @@ def list_sessions(
     else:
         shards = engine.sessions.shards
     for pos, s in _walk_sessions(shards, at):
+        inside = at[4:] if at is not None and at[6] and at[2] == pos[2] else None
+        at = None
         if scanned >= PAGE_SCAN:
-            return SessionsPage(records, _encode_cursor("sessions", run, q, pos))
-        ok, looked = _session_matches(s, q, visible)
+            return SessionsPage(records, _encode_cursor("sessions", run, q, [*pos, *_NOT_INSIDE]))
+        ok, looked, stop = _session_scan(s, q, visible, PAGE_SCAN - scanned, inside)
         scanned += looked
+        if ok is None:
+            return SessionsPage(records, _encode_cursor("sessions", run, q, [*pos, *stop]))
         if not ok:
             continue
         cost = _SESSION_BYTES + 2 * len(s.session_id) + len(s.description)
         if len(records) == limit or (records and size + cost > PAGE_BYTES):
-            return SessionsPage(records, _encode_cursor("sessions", run, q, pos))
+            return SessionsPage(records, _encode_cursor("sessions", run, q, [*pos, *_NOT_INSIDE]))
         size += cost
         records.append(
             SessionInfo(

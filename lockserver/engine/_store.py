@@ -45,7 +45,7 @@ from mypy_extensions import mypyc_attr
 
 from protocol import ErrorCode, SessionSpec, value_size
 
-from ._sharded import ShardedDict, StableKeys
+from ._sharded import ShardedDict, StableKeys, StableMap
 
 if TYPE_CHECKING:
     from protocol import Transaction, TransactionResult
@@ -61,6 +61,7 @@ __all__ = [
     "EngineError",
     "Entry",
     "Group",
+    "Held",
     "Namespaces",
     "SessionRecord",
     "Slot",
@@ -267,6 +268,14 @@ Namespaces = dict[str, Tables] | ShardedDict[Tables]
 # lock-lost notice and the change feed, alike on every replica.
 Group = dict[str, None] | StableKeys
 
+# A session's groups (``SessionRecord.keys``): (namespace, table) -> Group, a dict moved into a
+# StableMap once the session holds in SHARD_AT tables (the evaluator's SetVar does it; it
+# stays one until the session ends). Why: a listing by session resumes in one shard of them
+# (a session of 100,000 one-variable tables copied 100,000 pairs a page, issue 30), and no
+# insert rebuilds a dict of all of them; a StableMap, not a ShardedDict, because the order
+# they are released in when the session ends shows (see Group).
+Held = dict[tuple[str, str], Group] | StableMap[Group]
+
 
 def shard_of(table: Table, var: str) -> Vars:
     """The dict that holds (or would hold) ``var`` of ``table``."""
@@ -381,8 +390,9 @@ class SessionRecord:
         self.ended = False
         # (namespace, table) -> {var: None}: the vars it holds, grouped by table (no empty
         # group); the var str is the one the table is keyed by (one dict slot per entry).
-        # A group of SHARD_AT vars moves into a StableKeys (see Group).
-        self.keys: dict[tuple[str, str], Group] = {}
+        # A group of SHARD_AT vars moves into a StableKeys (see Group), SHARD_AT groups into
+        # a StableMap (see Held).
+        self.keys: Held = {}
         self.held = 0  # how many entries it holds (the size of all groups together)
         # transaction id -> (the Transaction that ran, its result, the data_size it counts;
         # -1: remembered without its data); None until first needed

@@ -9,10 +9,12 @@ from __future__ import annotations
 import itertools
 from typing import Any, ClassVar
 
+import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lockserver.engine import ShardedDict
+from lockserver.engine._sharded import StableKeys, StableMap, pair_hash, stable_hash
 from lockserver.engine._store import SHARD_AT
 from lockserver.engine._waiting import ARRIVAL_RUN, Arrivals
 from protocol import (
@@ -270,3 +272,115 @@ def test_waiters_page_in_arrival_order_with_waiters_leaving_between_pages() -> N
     assert [sid for sid in sessions if sid in stayed] == stayed
     later = [variables for sid, variables in seen[100:]]
     assert later[0] == (("L", "a", 99),)  # w0102, behind 99 others (w0005, w0100, w0101 left)
+
+
+# --- one session's index, and the sessions listing ---------------------------------------------
+
+
+@attrs.frozen
+class View:
+    """A principal's view: its own sessions, and the namespace ``allowed`` only."""
+
+    name: str
+    allowed: str = NS
+
+    def allows(self, namespace: str) -> bool:
+        return namespace == self.allowed
+
+
+def test_a_session_in_many_tables_keeps_a_stable_map_and_pages_one_shard_of_it() -> None:
+    """At SHARD_AT groups a session's index moves into a StableMap; its holders listing
+    lists each entry once, resuming in one shard of the index (counted), and ending the
+    session releases them all (and drops the namespace)."""
+    d = Door()
+    count = SHARD_AT + 300
+    many_tables(d, SHARD_AT - 1)
+    assert type(d.core.engine.sessions["s"].keys) is dict  # one short of the threshold
+    many_tables(d, count, first=SHARD_AT - 1)
+    keys = d.core.engine.sessions["s"].keys
+    assert type(keys) is StableMap and len(keys) == count
+    listed = [h for page in holders_pages(d, session="s", limit=1000) for h in page]
+    assert sorted(listed) == sorted((NS, f"t{i:05}", "v") for i in range(count))
+    keys.shards = [CountingDict(shard) for shard in keys.shards]
+    biggest = max(len(shard) for shard in keys.shards)
+    cursor = None
+    worst = 0
+    for _ in range(40):
+        CountingDict.walked = 0
+        query = ListQuery(session="s", limit=10, cursor=cursor)
+        page = answer(d.holders("op", n(), query, now=START))
+        worst = max(worst, CountingDict.walked)
+        cursor = page.cursor
+    assert worst <= 2 * biggest < count // 20
+    d.end_session("w", n(), "s", now=START)
+    assert d.core.engine.entry_count == 0 and d.core.engine.namespaces == {}
+
+
+def test_a_session_seen_only_late_in_its_groups_is_found_across_pages() -> None:
+    """Another principal's session holding 12,000 tables of a namespace the viewer may not
+    use and then one it may: pages stop after PAGE_SCAN looks inside its groups (a cursor
+    into them, never one walk of all) and a later page lists it once; without the visible
+    table, paging ends without it."""
+    d = Door(authenticated=True)
+    hidden = 12_000
+    for start in range(0, hidden, 400):
+        statements = [Assert(SetVar(f"t{i:05}", "v")) for i in range(start, start + 400)]
+        outs = d.execute(
+            "B", n(), "theirs", Transaction("secret", statements), now=START, principal="p2"
+        )
+        assert granted(answer(outs))
+    view = View("p1")
+
+    def pages() -> list[list[str]]:
+        out = []
+        cursor = None
+        for _ in range(100):
+            query = ListQuery(cursor=cursor)
+            listing = answer(d.sessions("op", n(), query, now=START, visible=view))
+            out.append([r.session for r in listing.page.sessions])
+            cursor = listing.page.cursor
+            if cursor is None:
+                return out
+        raise AssertionError("the cursor never ended")
+
+    assert pages() == [[], [], []]  # 12,001 looks: PAGE_SCAN, PAGE_SCAN, the rest
+    keys = d.core.engine.sessions["theirs"].keys
+    assert type(keys) is StableMap
+    late = next(  # a table of NS that comes last in the session's order
+        f"late{i}"
+        for i in itertools.count()
+        if pair_hash((NS, f"late{i}")) & keys.mask == keys.mask
+    )
+    outs = d.execute("B", n(), "theirs", tx(Assert(SetVar(late, "v"))), now=START, principal="p2")
+    assert granted(answer(outs)) and list(keys)[-1] == (NS, late)
+    assert pages() == [[], [], ["theirs"]]
+
+
+def test_a_var_filter_over_a_big_group_goes_on_across_pages() -> None:
+    """The sessions listing with a var filter looks at a big group's variables (a
+    StableKeys of 12,001) PAGE_SCAN at a time, going on in the group from where a page
+    stopped: the one variable that matches, in the group's last shard, is found, once."""
+    d = Door()
+    statements = [Assert(SetVar("L", f"v{i:05}")) for i in range(12_000)]
+    for start in range(0, 12_000, 400):
+        outs = d.execute("w", n(), "big", tx(*statements[start : start + 400]), now=START)
+        assert granted(answer(outs))
+    group = d.core.engine.sessions["big"].keys[NS, "L"]
+    assert type(group) is StableKeys
+    name = next(
+        f"match-{i}"
+        for i in itertools.count()
+        if stable_hash(f"match-{i}") & group.mask == group.mask
+    )
+    assert granted(answer(d.execute("w", n(), "big", tx(Assert(SetVar("L", name))), now=START)))
+    assert list(group)[-1] == name
+    found = []
+    cursor = None
+    for _ in range(20):
+        query = ListQuery(var="match", cursor=cursor)
+        listing = answer(d.sessions("op", n(), query, now=START))
+        found.append([r.session for r in listing.page.sessions])
+        cursor = listing.page.cursor
+        if cursor is None:
+            break
+    assert found == [[], [], ["big"]]  # 12,003 looks: PAGE_SCAN, PAGE_SCAN, the rest

@@ -704,10 +704,11 @@ def test_model_value_equality_is_strict(pair: tuple[Any, Any]) -> None:
 
 def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same state machine with every table sharded from its second variable on, every
-    namespace from its second table on, the namespaces from the second, and every sharded
-    dict (tables, namespaces, sessions) over 4 shards: the big forms (``BigTable``, a
-    ``ShardedDict`` of tables or of namespaces: lockserver/engine/_store.py) must behave
-    exactly like the small ones through every way entries come and go."""
+    namespace from its second table on, the namespaces from the second, a session's groups
+    from the second, and every sharded container over 4 shards: the big forms (``BigTable``,
+    a ``ShardedDict`` of tables or of namespaces, a ``StableMap`` of groups:
+    lockserver/engine/_store.py) must behave exactly like the small ones through every way
+    entries come and go."""
     from hypothesis.stateful import run_state_machine_as_test
 
     from lockserver.engine import _eval, _sharded, _store
@@ -718,6 +719,7 @@ def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> No
     seen: list[bool] = []
     big_namespaces: list[bool] = []
     many_namespaces: list[bool] = []
+    big_sessions: list[bool] = []
 
     class Sharded(EngineVersusModel):
         @invariant()
@@ -731,6 +733,9 @@ def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> No
                 type(tbls) is _sharded.ShardedDict for tbls in self.engine.namespaces.values()
             )
             many_namespaces.append(type(self.engine.namespaces) is _sharded.ShardedDict)
+            big_sessions.extend(
+                type(s.keys) is _sharded.StableMap for s in self.engine.sessions.values()
+            )
 
     run_state_machine_as_test(
         Sharded,
@@ -744,3 +749,4 @@ def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> No
     assert any(seen), "no table was ever sharded: the test did not test the sharded form"
     assert any(big_namespaces), "no namespace's tables were ever sharded"
     assert any(many_namespaces), "the namespaces were never sharded"
+    assert any(big_sessions), "no session's groups were ever sharded"
