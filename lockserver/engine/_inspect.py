@@ -263,7 +263,9 @@ def _decode_cursor(kind: str, run: int, q: ListQuery, shape: tuple[type, ...]) -
     assert q.cursor is not None
     try:
         raw = json.loads(base64.urlsafe_b64decode(q.cursor.encode("ascii", "strict")))
-    except (ValueError, UnicodeError, binascii.Error):
+    except (ValueError, UnicodeError, binascii.Error, RecursionError):
+        # (RecursionError: JSON nested deeper than the interpreter's recursion limit, which
+        # a cursor of ours never is: a peer's forgery, as any other shape here)
         raw = None
     if type(raw) is not list or len(raw) < 3 or raw[0] not in _KINDS:
         raise _bad_cursor(kind, "it is not a cursor of this server")
