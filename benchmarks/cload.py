@@ -279,12 +279,27 @@ def _run_client(
 TaskTimes = dict[str, tuple[int, str, float, int]]
 
 
+def _task_stat_paths() -> list[Path]:
+    """``/proc/*/task/*/stat`` listed one directory at a time, so that a process that exits
+    between two listings is passed over (a glob over ``/proc`` raises when it does)."""
+    paths: list[Path] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            threads = os.listdir(f"/proc/{entry}/task")
+        except OSError:  # gone meanwhile
+            continue
+        paths.extend(Path(f"/proc/{entry}/task/{tid}/stat") for tid in threads if tid.isdigit())
+    return paths
+
+
 def task_times(exclude: set[int]) -> TaskTimes:
     """Every thread of the machine now (``/proc/*/task/*/stat``) but those of the processes
     ``exclude`` (this one, the server)."""
     tick = os.sysconf("SC_CLK_TCK")
     out: TaskTimes = {}
-    for path in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
+    for path in _task_stat_paths():
         pid = int(path.parts[2])
         if pid in exclude:
             continue

@@ -6,6 +6,7 @@ from protocol import TRUE as TRUE
 from protocol import Abort as Abort
 from protocol import And as And
 from protocol import AnywayContinueAfter as AnywayContinueAfter
+from protocol import ArrivedBelow as ArrivedBelow
 from protocol import Assert as Assert
 from protocol import Block as Block
 from protocol import Cause as Cause
@@ -50,19 +51,31 @@ from ._inspect import to_json as record_json
 from ._result import Result as Result
 from ._sync import LockClient as LockClient
 from ._sync_session import Session as Session
+from .recipes import AsyncBarrier as AsyncBarrier
+from .recipes import AsyncCountDownLatch as AsyncCountDownLatch
+from .recipes import AsyncDoubleBarrier as AsyncDoubleBarrier
+from .recipes import AsyncElection as AsyncElection
+from .recipes import AsyncGroup as AsyncGroup
 from .recipes import AsyncLockSet as AsyncLockSet
 from .recipes import AsyncMultiLock as AsyncMultiLock
 from .recipes import AsyncMutex as AsyncMutex
 from .recipes import AsyncReadWriteLock as AsyncReadWriteLock
+from .recipes import AsyncReentrantMutex as AsyncReentrantMutex
 from .recipes import AsyncSemaphore as AsyncSemaphore
 from .recipes import AsyncStateLock as AsyncStateLock
 from .recipes import AsyncTimeWindowLock as AsyncTimeWindowLock
+from .recipes import Barrier as Barrier
+from .recipes import CountDownLatch as CountDownLatch
+from .recipes import DoubleBarrier as DoubleBarrier
+from .recipes import Election as Election
+from .recipes import Group as Group
 from .recipes import LockLostError as LockLostError
 from .recipes import LockSet as LockSet
 from .recipes import MultiLock as MultiLock
 from .recipes import Mutex as Mutex
 from .recipes import NotAcquired as NotAcquired
 from .recipes import ReadWriteLock as ReadWriteLock
+from .recipes import ReentrantMutex as ReentrantMutex
 from .recipes import Semaphore as Semaphore
 from .recipes import StateLock as StateLock
 from .recipes import TimeWindowLock as TimeWindowLock
@@ -120,6 +133,18 @@ __all__ = [
     "AsyncSemaphore",
     "AsyncTimeWindowLock",
     "AsyncStateLock",
+    "Election",
+    "ReentrantMutex",
+    "Barrier",
+    "DoubleBarrier",
+    "CountDownLatch",
+    "Group",
+    "AsyncElection",
+    "AsyncReentrantMutex",
+    "AsyncBarrier",
+    "AsyncDoubleBarrier",
+    "AsyncCountDownLatch",
+    "AsyncGroup",
     "set_permits",
     "clear_permits",
     "get_permits",
@@ -146,4 +171,5 @@ __all__ = [
     "DeleteVar",
     "CountBelow",
     "Waiting",
+    "ArrivedBelow",
 ]

@@ -75,7 +75,7 @@ import attrs
 from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage, Welcome
 
 from ._async_session import AsyncSession, AsyncShardedSession
-from ._core import ClientCore, ClientStatistics, handshake_error, not_sent
+from ._core import ClientCore, ClientStatistics, FeedSink, handshake_error, not_sent
 from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerError, ServerUnavailable
 from ._failover import Members
 from ._inspect import listing_request, release_request, subscribe_request, unsubscribe_request
@@ -470,21 +470,30 @@ class AsyncLockClient:
         data = release_request(rid, namespace, table, var, session)
         return await self.request(RELEASE, rid, data)  # type: ignore[no-any-return]
 
-    async def subscribe(self, namespace: str, table: str | None = None) -> int:
+    async def subscribe(
+        self, namespace: str, table: str | None = None, *, sink: FeedSink | None = None
+    ) -> int:
         """Subscribe to the change feed of ``namespace`` (as the sync face's
         :meth:`~client.LockClient.subscribe`); events are read by the client's reader task
-        and taken with :meth:`feed_events` or awaited with :meth:`next_feed_events`."""
+        and taken with :meth:`feed_events` or awaited with :meth:`next_feed_events` (or handed
+        to ``sink``)."""
         if self._router is not None:
             server = self.place(namespace)
             shard = await self.shard_client(server)
             try:
-                theirs = await shard.subscribe(namespace, table)
+                theirs = await shard.subscribe(namespace, table, sink=sink)
             except ServerUnavailable as exc:
                 raise unavailable(server, exc) from exc
             return self._subscriptions.add(self._core.next_id(), server, theirs)
         rid = self._core.next_id()
         data = subscribe_request(rid, namespace, table)
-        subscription: int = await self.request(SUBSCRIBE, rid, data)
+        if sink is not None:
+            self._core.feed_sinks[rid] = sink
+        try:
+            subscription: int = await self.request(SUBSCRIBE, rid, data)
+        except BaseException:
+            self._core.feed_sinks.pop(rid, None)
+            raise
         self._core.subscriptions[subscription] = (namespace, table)
         return subscription
 
@@ -497,6 +506,7 @@ class AsyncLockClient:
                 return False
             return await (await self.shard_client(where[0])).unsubscribe(where[1])
         self._core.subscriptions.pop(subscription, None)
+        self._core.feed_sinks.pop(subscription, None)
         rid = self._core.next_id()
         data = unsubscribe_request(rid, subscription)
         return await self.request(UNSUBSCRIBE, rid, data)  # type: ignore[no-any-return]

@@ -103,6 +103,10 @@ class AsyncSession(SessionState):
         rid, data = self._build_execute(
             namespace, statements, min_uptime, min_trust, description, transaction_id, wait
         )
+        if wait and self._keepalive_scope is None and self._keepalive and not self._ended:
+            # A parked transaction does not keep its session alive, pings do: a first call
+            # that waits longer than the max age must not find its session expired.
+            self._start_keepalive()
         sent_at = self._last_activity = self._now()
         result: Result = await self._client.request(EXECUTE, rid, data, bool(wait))
         raw = result.raw  # SessionState._note_reply, inlined (the hot path)

@@ -35,6 +35,13 @@ Theory of operation:
   local deadline has passed (the server may have expired it while no connection of ours was
   there to hear the event). Recipes treat such an event as the loss of every grant of the
   session.
+- Feed sinks. A recipe that watches the change feed (an election's ``observe``, a group's
+  ``watch``) must not take the application's own feed events, nor lose its own to the
+  application's ``feed_events()``: a subscription made with a :class:`FeedSink` (registered
+  under the subscribe's request id, which is the subscription's id, *before* the request is
+  sent) gets its events handed to the sink by whoever reads the connection, and the sink is
+  told when the subscription was made again on a new connection (``gap``: the events of the
+  reconnect were not seen) and when the connection was lost (``connection_lost``).
 - :class:`FailureLog`: how a periodic task (the keepalive) reports failures without flooding
   the log: the first at WARNING, then at most one line a minute with the count.
 """
@@ -46,7 +53,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -54,6 +61,7 @@ from protocol import (
     Cancel,
     EndSession,
     Execute,
+    FeedEvent,
     GetStatistics,
     Hello,
     LockLost,
@@ -80,6 +88,7 @@ __all__ = [
     "ClientCore",
     "ClientStatistics",
     "FailureLog",
+    "FeedSink",
     "LostListener",
     "SessionState",
     "handshake_error",
@@ -92,6 +101,24 @@ log = logging.getLogger("client")
 MAX_DEFERRED = 64
 
 LostListener = Callable[[LockLost], object]
+
+
+class FeedSink(Protocol):
+    """Where the events of one change-feed subscription go instead of the client's
+    ``feed_events()`` buffer (see the module header). Its methods are called by the thread or
+    task that reads the connection: they must be quick and never call the client."""
+
+    def put(self, event: FeedEvent) -> None:
+        """An event of the subscription arrived."""
+
+    def gap(self) -> None:
+        """The subscription was made again on a new connection: events in between were not
+        seen (the server only knew the old connection)."""
+
+    def connection_lost(self) -> None:
+        """The connection the subscription was on is gone (it is made again by the next
+        request, which reconnects)."""
+
 
 BatchCall = tuple[str, Iterable[Statement]] | tuple[str, Iterable[Statement], str | None]
 """One call of ``execute_many``: ``(namespace, statements)`` or ``(namespace, statements,
@@ -441,6 +468,8 @@ class ClientCore:
         # Change-feed subscriptions in force: id (the subscribe's request id) -> (namespace,
         # table); made again on every new connection (``resubscriptions``).
         self.subscriptions: dict[int, tuple[str, str | None]] = {}
+        # Subscriptions whose events go to a sink instead of ``feed_events()``: id -> sink.
+        self.feed_sinks: dict[int, FeedSink] = {}
         self.requests_sent = 0
         self.replies_dropped = 0
         self.retries = 0
@@ -499,7 +528,12 @@ class ClientCore:
         own ids: sent unregistered right after a reconnect (with the keepalives), so a
         subscription outlives the connection it was made on and keeps its id (a request id
         may be used again on a new connection). The events of the gap are not sent: the
-        server only knew the old connection. The replies are dropped."""
+        server only knew the old connection. The replies are dropped. Their sinks are told
+        (``FeedSink.gap``) first."""
+        for rid in self.subscriptions:
+            sink = self.feed_sinks.get(rid)
+            if sink is not None:
+                sink.gap()
         return [
             subscribe_request(rid, namespace, table)
             for rid, (namespace, table) in self.subscriptions.items()

@@ -55,7 +55,7 @@ import socket
 import ssl
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from time import monotonic
 from types import TracebackType
 from typing import Any
@@ -64,7 +64,7 @@ import attrs
 
 from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage, Welcome
 
-from ._core import ClientCore, ClientStatistics, handshake_error, not_sent
+from ._core import ClientCore, ClientStatistics, FeedSink, handshake_error, not_sent
 from ._errors import (
     ClientClosed,
     ClientTimeout,
@@ -484,24 +484,34 @@ class LockClient:
         data = release_request(rid, namespace, table, var, session)
         return self.request(RELEASE, rid, data, self.timeout)  # type: ignore[no-any-return]
 
-    def subscribe(self, namespace: str, table: str | None = None) -> int:
+    def subscribe(
+        self, namespace: str, table: str | None = None, *, sink: FeedSink | None = None
+    ) -> int:
         """Subscribe this client to the change feed of ``namespace`` (one ``table`` of it
         when given): grants, releases, expiries, lost locks and kills arrive as
         :class:`~protocol.FeedEvent` values, taken with :meth:`feed_events` (this face reads
         them while some call, or :meth:`process_events`, reads the connection). Returns the
         subscription's id. A subscription outlives its connection: after a reconnect the
         client makes it again, with the same id, before anything else is sent; the events of
-        the gap are not seen (``local_statistics().connections`` tells that one happened)."""
+        the gap are not seen (``local_statistics().connections`` tells that one happened).
+        With ``sink`` (a :class:`~client._core.FeedSink`), the events go to it instead of
+        :meth:`feed_events`, and it is told of reconnects."""
         if self._router is not None:
             server = self.place(namespace)
             try:
-                theirs = self.shard_client(server).subscribe(namespace, table)
+                theirs = self.shard_client(server).subscribe(namespace, table, sink=sink)
             except ServerUnavailable as exc:
                 raise unavailable(server, exc) from exc
             return self._subscriptions.add(self._core.next_id(), server, theirs)
         rid = self._core.next_id()
         data = subscribe_request(rid, namespace, table)
-        subscription: int = self.request(SUBSCRIBE, rid, data, self.timeout)
+        if sink is not None:
+            self._core.feed_sinks[rid] = sink
+        try:
+            subscription: int = self.request(SUBSCRIBE, rid, data, self.timeout)
+        except BaseException:
+            self._core.feed_sinks.pop(rid, None)
+            raise
         self._core.subscriptions[subscription] = (namespace, table)
         return subscription
 
@@ -514,6 +524,7 @@ class LockClient:
                 return False
             return self.shard_client(where[0]).unsubscribe(where[1])
         self._core.subscriptions.pop(subscription, None)
+        self._core.feed_sinks.pop(subscription, None)
         rid = self._core.next_id()
         data = unsubscribe_request(rid, subscription)
         return self.request(UNSUBSCRIBE, rid, data, self.timeout)  # type: ignore[no-any-return]
@@ -532,17 +543,20 @@ class LockClient:
         with self._cond:
             return conn.wire.take_feed()
 
-    def process_events(self, timeout: float = 0.0) -> None:
+    def process_events(
+        self, timeout: float = 0.0, *, until: Callable[[], bool] | None = None
+    ) -> None:
         """Read the connection for up to ``timeout`` seconds (0: only what has arrived) and
         dispatch LockLost events, when no other thread is reading. Events are otherwise
-        dispatched whenever some thread reads (any call, or a session's keepalive)."""
+        dispatched whenever some thread reads (any call, or a session's keepalive). With
+        ``until``, stop as soon as it returns True (checked after each read)."""
         if timeout < 0:
             raise ValueError(f"timeout must be >= 0, got {timeout!r}")
         self.check_open()
         if self._router is not None:
             shards = list(self._shards.values())
             for shard in shards:
-                shard.process_events(timeout / len(shards))
+                shard.process_events(timeout / len(shards), until=until)
             return
         conn = self._conn
         if conn is None or conn.broken is not None:
@@ -553,7 +567,7 @@ class LockClient:
             conn.reader_busy = True
             conn.reader_ident = threading.get_ident()
         try:
-            self._read(conn, None, monotonic() + timeout)
+            self._read(conn, None, monotonic() + timeout, until=until)
         finally:
             self._leave_reader(conn)
 
@@ -801,10 +815,12 @@ class LockClient:
         rid: int | None,
         deadline: float,
         batch: Batch[int] | None = None,
+        until: Callable[[], bool] | None = None,
     ) -> _Resolution | None:
         """As the reader: read until ``rid`` is resolved (returns its resolution) or the
         deadline passes (abandons ``rid``, or every call of ``batch``, returns None). With
-        ``rid`` None, read at least once and until the deadline, dispatching what arrives."""
+        ``rid`` None, read at least once and until the deadline (or until ``until()``),
+        dispatching what arrives."""
         sock = conn.sock
         cond = self._cond
         core = self._core
@@ -852,6 +868,8 @@ class LockClient:
                 core.dispatch(events)
             if mine is not None or closing:
                 return mine
+            if until is not None and until():
+                return None
 
     def _leave_reader(self, conn: _Connection) -> None:
         with self._cond:

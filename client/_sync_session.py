@@ -115,6 +115,10 @@ class Session(SessionState):
         rid, data = self._build_execute(
             namespace, statements, min_uptime, min_trust, description, transaction_id, wait
         )
+        if wait and self._thread is None and self._keepalive and not self._ended:
+            # A parked transaction does not keep its session alive, pings do: a first call
+            # that waits longer than the max age must not find its session expired.
+            self._start_keepalive()
         client = self._client
         timeout = client.timeout if wait is None else client.timeout + wait
         sent_at = self._last_activity = monotonic()

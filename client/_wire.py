@@ -318,7 +318,10 @@ class Wire(Generic[W]):
                 elif t is LockLost:
                     events.append(msg)  # type: ignore[arg-type]
                 elif t is FeedEvent:
-                    if len(self.feed_events) < FEED_BUFFER:
+                    sink = self.core.feed_sinks.get(msg.subscription)  # type: ignore[union-attr]
+                    if sink is not None:
+                        sink.put(msg)  # type: ignore[arg-type]
+                    elif len(self.feed_events) < FEED_BUFFER:
                         self.feed_events.append(msg)  # type: ignore[arg-type]
                     else:  # nobody takes them: keep the oldest, count the rest
                         self.core.feed_dropped += 1
@@ -360,6 +363,8 @@ class Wire(Generic[W]):
         requests; for the others ServerError(SHUTTING_DOWN) "not executed" when the server
         announced its shutdown, else ConnectionLost (outcome unknown)."""
         out: list[tuple[W, Any, BaseException | None]] = []
+        for sink in list(self.core.feed_sinks.values()):
+            sink.connection_lost()
         closing_error = self.closing_error
         shutdown = (
             closing_error

@@ -1,6 +1,6 @@
 """Quick start: start a lockserver, show a client taking the seed's MDS locks, keep serving.
 
-Run from the repository root after ``pip install -e .``::
+Run from the repository root after ``pip install .`` (or ``pip install -e .``)::
 
     .venv/bin/python examples/quickstart.py          # serves until Ctrl-C
     .venv/bin/python examples/quickstart.py --once   # exits after the demo (used by tests)
@@ -68,13 +68,19 @@ def demo(host: str, port: int) -> None:
         )
 
 
+#: The server's log level in the demo: its warnings only.
+QUIET = ("--log-level", "WARNING")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=7400)
     parser.add_argument("--once", action="store_true", help="exit after the demo")
     args = parser.parse_args()
     server = subprocess.Popen(
-        [sys.executable, "-m", "lockserver", "--port", str(args.port), "--log-level", "WARNING"],
+        # -P: the installed lockserver (compiled by pip install .), not the checkout's sources
+        # that -m would find first in the working directory.
+        [sys.executable, "-P", "-m", "lockserver", "--port", str(args.port), *QUIET],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -1,4 +1,4 @@
-"""The ``lockbench`` command: run, blast, compare, plot.
+"""The ``lockbench`` command: run, blast, sitting, faults, compare, plot.
 
 Why: one entry point with the issue's options, errors as one readable line (exit 2 for a bad
 option or a refused target, 1 when the run itself fails), and results both on screen (rich
@@ -26,6 +26,8 @@ from ._runner import DEFAULT_COUNT, DEFAULT_DURATION, RunConfig, run
 from ._spawn import SpawnError
 from ._targets import Backend, Target, TargetError, parse_target
 from ._workloads import WORKLOADS, WorkloadParams
+from .faults._command import add_parser as add_faults_parser
+from .faults._command import main as faults_main
 
 __all__ = ["build_parser", "main"]
 
@@ -179,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(default both; pinned is left out, with a note, on a machine with 1 CPU)",
     )
 
+    add_faults_parser(sub)
+
     p = sub.add_parser("compare", help="ratios B/A of two result files")
     p.add_argument("a")
     p.add_argument("b")
@@ -229,6 +233,8 @@ def _main(args: argparse.Namespace) -> int:
             return _cmd_sitting(args, console)
         if args.command == "compare":
             return _cmd_compare(args, console)
+        if args.command == "faults":
+            return faults_main(args)
         return _cmd_plot(args, console)
     except (TargetError, ValueError, SchemaError) as exc:
         print(f"lockbench: error: {exc}", file=sys.stderr)

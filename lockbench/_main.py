@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(
             f"lockbench: error: {missing} is not installed; the command needs the bench "
-            "extra (pip install 'lockserver[bench]')",
+            "extra (pip install 'skylock[bench]')",
             file=sys.stderr,
         )
         return 2

@@ -34,6 +34,14 @@ __all__ = ["START_TIMEOUT", "Contention", "ReplicaGroup", "ReplicaProcess"]
 START_TIMEOUT: Final = 20.0
 
 
+def _replicate(endpoints: list[str]) -> str:
+    """``--replicate`` for ``HOST:PORT`` endpoints (plain HTTP) or for URLs (``https://``:
+    ``EtcdCluster.urls`` of a TLS cluster, its flags in ``extra``)."""
+    if any("://" in e for e in endpoints):
+        return ",".join(endpoints)
+    return "etcd://" + ",".join(endpoints)
+
+
 class ReplicaProcess:
     """One ``lockserver --replicate`` process: its port, log file and process (None when it
     is not running)."""
@@ -54,7 +62,9 @@ class ReplicaProcess:
 
 
 class ReplicaGroup:
-    """``n`` replicas of group ``group`` on the etcd ``endpoints``; faults by replica index."""
+    """``n`` replicas of group ``group`` on the etcd ``endpoints`` (``HOST:PORT``, or URLs:
+    ``EtcdCluster.urls``, with ``EtcdCluster.replica_flags()`` in ``extra`` for a TLS or auth
+    cluster); faults by replica index."""
 
     def __init__(
         self,
@@ -99,7 +109,7 @@ class ReplicaGroup:
             "--port",
             str(replica.port),
             "--replicate",
-            "etcd://" + ",".join(self.endpoints),
+            _replicate(self.endpoints),
             "--group",
             self.group,
             "--replica-lease-ttl",

@@ -26,6 +26,20 @@ also appends one JSON line per interval to that file (use one file per process, 
 CLOCK_MONOTONIC, shared by every process of the machine; pass ``clock=`` to use another (the
 same for every recorder whose intervals are compared).
 
+The coordination recipes (issue 33) have a property each, checked from what their users
+record the same way (taken before a request is sent, or after its reply arrived, so that the
+server-side event lies inside what was recorded):
+
+- **leaders** (:func:`check_leaders`): leaderships are exclusive intervals whose fence is the
+  term: at most one leader at any time, each term once, and a later leader has a larger term;
+- **reentrant** (:func:`check_reentrant`): each owner's acquires and releases balance (its
+  count never goes below zero and ends at zero), nested holds carry the outer hold's fence,
+  and the outermost holds of different owners never overlap;
+- **barrier** (:func:`check_barrier`): no party passes early: every pass lies after an instant
+  at which ``parties`` attempts (its own included) had arrived and none of them had passed
+  yet;
+- **latch** (:func:`check_latch`): no waiter passes before ``count`` count-downs were sent.
+
 Command line: ``python -m lockbench.safety FILE.jsonl ...`` prints the report and exits 1
 when there is a violation.
 """
@@ -51,11 +65,16 @@ __all__ = [
     "EXCLUSIVE",
     "READ",
     "SLOT",
+    "Attempt",
     "Interval",
     "Recorder",
     "Report",
     "Violation",
     "check",
+    "check_barrier",
+    "check_latch",
+    "check_leaders",
+    "check_reentrant",
     "load",
     "main",
 ]
@@ -450,6 +469,198 @@ def check(
         counts=dict(found.counts),
         holders=dict(holders),
         max_holders=most,
+    )
+
+
+# --- the coordination recipes ----------------------------------------------------------------
+
+
+def check_leaders(leaderships: Iterable[Interval]) -> Report:
+    """An election's history: each interval is one leadership (``lock`` = the election,
+    mode ``"w"``, ``fence`` = the term, from after ``campaign`` returned to before
+    ``resign`` was sent). At most one leader at any time (``exclusive-overlap``), no term
+    twice (``duplicate-fence``), a later leader's term is larger (``fence-order``)."""
+    items = list(leaderships)
+    for i in items:
+        if i.mode != EXCLUSIVE:
+            raise ValueError(f"a leadership is exclusive (mode 'w'), got {_describe(i)}")
+    return check(items)
+
+
+#: One reentrant event: (time, lock, owner, +1 acquire / -1 release, fence of the grant).
+ReentrantEvent = tuple[float, str, str, int, "int | None"]
+
+
+def check_reentrant(events: Iterable[ReentrantEvent]) -> Report:
+    """A reentrant mutex's history: ``(time, lock, owner, +1 or -1, fence)`` per acquire
+    (recorded after it returned) and release (recorded before it was sent). Each owner's
+    count never goes below zero (``unbalanced``) and is zero at the end (``still-held``),
+    nested acquires carry the outermost hold's fence (``nested-fence``), and the outermost
+    holds of different owners obey :func:`check` (no overlap, fences in order)."""
+    found = _Findings()
+    holds: list[Interval] = []
+    open_: dict[tuple[str, str], tuple[int, float, int | None]] = {}
+    total = 0
+    owners: Counter[str] = Counter()
+    for t, lock, owner, delta, fence in sorted(events, key=lambda e: e[0]):
+        total += 1
+        owners[owner] += 1
+        key = (lock, owner)
+        level, start, first = open_.get(key, (0, t, fence))
+        probe = Interval(lock, EXCLUSIVE, t, t, fence, owner)
+        if delta > 0:
+            if level and fence != first:
+                found.add(
+                    "nested-fence",
+                    lock,
+                    f"{owner} acquired again with fence {fence}, its hold has {first}",
+                    probe,
+                )
+            open_[key] = (level + 1, start if level else t, first if level else fence)
+            continue
+        if level == 0:
+            found.add("unbalanced", lock, f"{owner} released more often than it acquired", probe)
+            continue
+        if level == 1:
+            del open_[key]
+            holds.append(Interval(lock, EXCLUSIVE, start, t, first, owner))
+        else:
+            open_[key] = (level - 1, start, first)
+    for (lock, owner), (level, start, first) in open_.items():
+        found.add(
+            "still-held",
+            lock,
+            f"{owner} acquired {level} more time(s) than it released",
+            Interval(lock, EXCLUSIVE, start, start, first, owner),
+        )
+    outer = check(holds)
+    for v in outer.violations:
+        found.examples.append(v)
+    found.counts.update(outer.counts)
+    return Report(
+        intervals=total,
+        locks=len({lock for lock, _ in open_} | {h.lock for h in holds}),
+        violations=tuple(found.examples),
+        counts=dict(found.counts),
+        holders=dict(owners),
+        max_holders=outer.max_holders,
+    )
+
+
+@attrs.frozen
+class Attempt:
+    """One party's attempt to pass a barrier: ``arrived`` (before its request was sent),
+    ``passed`` (after it returned True; None when it did not pass: timed out, failed,
+    dropped out) and ``ended`` (when a failed attempt was given up; defaults to ``passed``)."""
+
+    barrier: str
+    party: str
+    arrived: float
+    passed: float | None
+    ended: float | None = None
+
+    @property
+    def end(self) -> float:
+        if self.passed is not None:
+            return self.passed
+        return self.arrived if self.ended is None else self.ended
+
+
+def check_barrier(attempts: Iterable[Attempt], parties: int | Mapping[str, int]) -> Report:
+    """No party passes a barrier of ``parties`` (one number, or ``{barrier: n}``) early:
+    for every attempt that passed there is an instant between its arrival and its pass at
+    which at least ``parties`` attempts (its own included) had arrived and were still
+    waiting (``early-pass`` otherwise). Sound: a barrier lets a party through only once N
+    have arrived together, an instant every one of their recorded attempts contains."""
+    found = _Findings()
+    by_barrier: dict[str, list[Attempt]] = defaultdict(list)
+    total = 0
+    holders: Counter[str] = Counter()
+    for a in attempts:
+        total += 1
+        holders[a.party] += 1
+        by_barrier[a.barrier].append(a)
+    most: dict[str, dict[str, int]] = {}
+    for barrier, items in sorted(by_barrier.items()):
+        n = parties if isinstance(parties, int) else parties[barrier]
+        # waiting counts at each arrival instant: a party can only pass after the last of its
+        # round arrived, so the instant that proves a pass is the arrival of some attempt (at
+        # one instant, arrivals count before ends: a pass recorded at the very instant of the
+        # last arrival is not taken for an early one).
+        events = sorted([(a.arrived, 0) for a in items] + [(a.end, 1) for a in items])
+        times: list[float] = []
+        peaks: list[int] = []
+        waiting = 0
+        for t, is_end in events:
+            if is_end:
+                waiting -= 1
+                continue
+            waiting += 1
+            times.append(t)
+            peaks.append(waiting)
+        most[barrier] = {"waiting": max(peaks, default=0)}
+        for a in items:
+            if a.passed is None:
+                continue
+            lo = bisect.bisect_left(times, a.arrived)
+            hi = bisect.bisect_right(times, a.passed)
+            best = max(peaks[lo:hi], default=0)
+            if best < n:
+                found.add(
+                    "early-pass",
+                    barrier,
+                    f"{a.party} passed at {a.passed:.6f} (arrived {a.arrived:.6f}) with at most "
+                    f"{best} of {n} parties there",
+                    Interval(barrier, SLOT, a.arrived, a.passed, None, a.party),
+                )
+    return Report(
+        intervals=total,
+        locks=len(by_barrier),
+        violations=tuple(found.examples),
+        counts=dict(found.counts),
+        holders=dict(holders),
+        max_holders=most,
+    )
+
+
+def check_latch(
+    count_downs: Iterable[tuple[str, float]],
+    passes: Iterable[tuple[str, str, float]],
+    count: int | Mapping[str, int],
+) -> Report:
+    """No waiter passes a latch early: ``count_downs`` are ``(latch, time sent)``,
+    ``passes`` ``(latch, waiter, time wait returned True)``; every pass comes after the
+    ``count``-th count-down was sent (``early-open`` otherwise)."""
+    found = _Findings()
+    sent: dict[str, list[float]] = defaultdict(list)
+    for latch, t in count_downs:
+        sent[latch].append(t)
+    for times in sent.values():
+        times.sort()
+    total = 0
+    holders: Counter[str] = Counter()
+    latches: set[str] = set(sent)
+    for latch, waiter, t in passes:
+        total += 1
+        holders[waiter] += 1
+        latches.add(latch)
+        n = count if isinstance(count, int) else count[latch]
+        times = sent.get(latch, [])
+        if len(times) < n or times[n - 1] > t:
+            found.add(
+                "early-open",
+                latch,
+                f"{waiter} passed at {t:.6f} when {bisect.bisect_right(times, t)} of {n} "
+                "count-downs had been sent",
+                Interval(latch, SLOT, t, t, None, waiter),
+            )
+    return Report(
+        intervals=total,
+        locks=len(latches),
+        violations=tuple(found.examples),
+        counts=dict(found.counts),
+        holders=dict(holders),
+        max_holders={},
     )
 
 

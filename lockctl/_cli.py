@@ -26,6 +26,7 @@ from ._common import Exit, Failure, Parser, failure_of, positive, status_record
 from ._format import table
 from ._inspect import COMMANDS as INSPECT_COMMANDS
 from ._inspect import add_parsers as add_inspect_parsers
+from ._leader import add_leader_parser, run_leader
 from ._lock import add_lock_parser, run_lock
 
 __all__ = ["main"]
@@ -64,6 +65,7 @@ def build_parser() -> Parser:
     kill.add_argument("session_id", metavar="SESSION_ID")
     add_inspect_parsers(commands)
     add_lock_parser(commands)
+    add_leader_parser(commands)
     return parser
 
 
@@ -200,5 +202,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "status": status,
     "kill": kill,
     "lock": _lock,
+    "leader": _given_connect(run_leader),
     **{name: _given_connect(run) for name, run in INSPECT_COMMANDS.items()},
 }

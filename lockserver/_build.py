@@ -18,6 +18,10 @@ build that is only partly there); the ``lockserver`` command refuses to start th
 the modules and the fix, rather than run code nobody can read (and, in a replicated group,
 code its peers may not run).
 
+An installed wheel is compiled when the machine that built it could compile
+(``hatch_build.py``, the wheel's build hook); a wheel built pure says why in ``PURE_NOTE``,
+and ``install_note()`` reads it for ``lockserver --version``.
+
 This module imports nothing of the project: the build script loads it by path to read the
 module list without importing (possibly stale) compiled modules.
 """
@@ -34,10 +38,14 @@ from typing import Final
 
 __all__ = [
     "COMPILED_MODULES",
+    "DISTRIBUTION",
+    "PURE_NOTE",
     "SOURCES_MANIFEST",
     "build",
     "build_problem",
     "compiled_modules",
+    "install_note",
+    "version_line",
     "source_digest",
     "stale_modules",
 ]
@@ -61,6 +69,13 @@ COMPILED_MODULES: Final = (
 #: The file, at the top of the checkout (beside the packages), where the build script records
 #: the SHA-256 of each compiled module's source: ``{"sources": {module: hex digest}}``.
 SOURCES_MANIFEST: Final = "lockserver_compiled.sources.json"
+
+#: The distribution's name on the package index (``lockserver`` there is another project).
+DISTRIBUTION: Final = "skylock"
+
+#: The file, beside this module, in which a wheel built pure records why (one line); absent
+#: from a checkout and from a compiled wheel.
+PURE_NOTE: Final = "_pure_wheel.txt"
 
 #: Where the packages of this checkout live (the manifest's directory).
 _TOP: Final = Path(__file__).resolve().parents[1]
@@ -92,6 +107,24 @@ def build() -> str:
     if n == 0:
         return "pure"
     return "compiled" if n == len(COMPILED_MODULES) else "partial"
+
+
+def install_note() -> str | None:
+    """Why the installed wheel is pure Python (its build could not compile, or was told not
+    to), as the wheel's build recorded it; None for a compiled wheel or a checkout."""
+    try:
+        return Path(__file__).with_name(PURE_NOTE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def version_line(version: str) -> str:
+    """What ``lockserver --version`` prints: the version and the build that runs, and for a
+    wheel built pure, why (``lockserver 0.1.0 (pure build: wheel built without compiling: no
+    C compiler ...)``)."""
+    note = install_note() if build() == "pure" else None
+    why = f": wheel built without compiling: {note}" if note else ""
+    return f"lockserver {version} ({build()} build{why})"
 
 
 def source_digest(path: Path) -> str:

@@ -38,7 +38,8 @@ import attrs
 from protocol import HEADER_SIZE
 
 from ._auth import SecurityConfigError, TokenSpec, check_tokens, parse_tokens_text, tokens_from_toml
-from ._build import build
+from ._build import DISTRIBUTION, version_line
+from ._etcd_access import etcd_endpoints
 from ._trust import TrustSettings
 
 __all__ = [
@@ -163,18 +164,40 @@ def _etcd_endpoints(inst: object, attribute: attrs.Attribute[Any], value: Any) -
         raise ValueError(f"{attribute.name}: {exc}") from None
 
 
-def etcd_endpoints(text: str) -> tuple[str, ...]:
-    """``etcd://HOST:PORT[,HOST:PORT...]`` as ``("HOST:PORT", ...)``; ValueError naming what
-    is wrong."""
-    if type(text) is not str or not text.startswith("etcd://"):
-        raise ValueError(f"must look like etcd://HOST:PORT[,HOST:PORT...], got {text!r}")
-    out = []
-    for part in text[len("etcd://") :].split(","):
-        host, sep, port = part.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ValueError(f"{part!r} is not HOST:PORT (in {text!r})")
-        out.append(f"{host}:{int(port)}")
-    return tuple(out)
+def _etcd_file(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    _path(inst, attribute, value)
+    # Cross-field (not when the loader checks this setting alone, inst None).
+    if inst is None or not value:
+        return
+    replicate = getattr(inst, "replicate", "")
+    if not replicate:
+        raise ValueError(f"{attribute.name} is set but replicate is empty (no etcd to reach)")
+    if attribute.name != "etcd_password_file" and not etcd_endpoints(replicate)[0].startswith(
+        "https://"
+    ):
+        raise ValueError(
+            f"{attribute.name} is set but replicate names plain-HTTP etcd endpoints: "
+            "use etcds://HOST:PORT,... (or https:// URLs)"
+        )
+    if attribute.name == "etcd_key_file" and not getattr(inst, "etcd_cert_file", ""):
+        raise ValueError("etcd_key_file is set without etcd_cert_file (the certificate)")
+    if attribute.name == "etcd_password_file" and not getattr(inst, "etcd_user", ""):
+        raise ValueError("etcd_password_file is set without etcd_user")
+
+
+def _etcd_user(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    ok = type(value) is str and len(value) <= 256 and value == value.strip()
+    if not ok or any(c in value for c in "\r\n\0"):
+        raise ValueError(f"{attribute.name} must be an etcd user name (or empty), got {value!r}")
+    if inst is None or not value:
+        return
+    if not getattr(inst, "replicate", ""):
+        raise ValueError(f"{attribute.name} is set but replicate is empty (no etcd to reach)")
+    if not getattr(inst, "etcd_password_file", ""):
+        raise ValueError(
+            f"{attribute.name} is set without etcd_password_file (the password is read from a "
+            "file, never given on the command line)"
+        )
 
 
 def _group_name(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -365,9 +388,22 @@ class ServerConfig:
     #: PEM CA bundle; set: every client must present a certificate signed by it.
     tls_client_ca: str = attrs.field(default="", validator=_path)
     #: Constants of the trust monitor (docs/trust.md).
-    #: Replicate through etcd (docs/replication.md): ``etcd://HOST:PORT[,HOST:PORT...]``, the
-    #: endpoints of the etcd cluster that holds the group's log; empty = a single server.
+    #: Replicate through etcd (docs/replication.md): the etcd cluster that holds the group's
+    #: log, ``etcds://HOST:PORT[,HOST:PORT...]`` (TLS), ``etcd://...`` (plain HTTP), or a
+    #: list of ``https://`` (or ``http://``) URLs; empty = a single server.
     replicate: str = attrs.field(default="", validator=_etcd_endpoints)
+    #: PEM CA bundle etcd's certificates are verified with (TLS endpoints); empty: the
+    #: system's CAs.
+    etcd_ca_file: str = attrs.field(default="", validator=_etcd_file)
+    #: PEM certificate this replica presents to etcd (mutual TLS); empty: none.
+    etcd_cert_file: str = attrs.field(default="", validator=_etcd_file)
+    #: PEM private key of ``etcd_cert_file``; empty: the key is in the ``etcd_cert_file`` file.
+    etcd_key_file: str = attrs.field(default="", validator=_etcd_file)
+    #: etcd user this replica authenticates as (etcd's auth); empty: no etcd auth.
+    etcd_user: str = attrs.field(default="", validator=_etcd_user)
+    #: File holding ``etcd_user``'s password (mode 0600: its owner's alone); never the
+    #: password itself on a command line.
+    etcd_password_file: str = attrs.field(default="", validator=_etcd_file)
     #: The replicated group this replica belongs to (with ``replicate``): every replica of a
     #: group names the same group and etcd cluster.
     group: str = attrs.field(default="default", validator=_group_name)
@@ -490,9 +526,17 @@ def server_version() -> str:
     try:
         from importlib.metadata import version
 
-        return version("lockserver")
+        return version(DISTRIBUTION)
     except Exception:  # not installed (PYTHONPATH checkout): say so rather than fail
         return "unknown"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: one line, never wrapped (argparse's own action wraps long text)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> NoReturn:
+        print(version_line(server_version()))
+        parser.exit()
 
 
 def _argument_parser() -> _Parser:
@@ -505,9 +549,7 @@ def _argument_parser() -> _Parser:
         ),
         allow_abbrev=False,
     )
-    p.add_argument(
-        "--version", action="version", version=f"lockserver {server_version()} ({build()} build)"
-    )
+    p.add_argument("--version", action=_VersionAction, nargs=0, help="print the version, the build")
     p.add_argument("--config", metavar="FILE", help=f"TOML settings file (or {ENV_PREFIX}CONFIG)")
     for s in _SETTINGS:
         default: Any = s.field.default

@@ -1,32 +1,43 @@
-"""An etcd v3 client for the replicated mode, spoken over etcd's HTTP/JSON gateway with httpx.
+"""An etcd v3 client for the replicated mode, spoken over etcd's HTTP/JSON gateway: plain
+HTTP or TLS (mutual TLS with a client certificate), with etcd's user/password auth.
 
 This module owns the conversation with an etcd cluster: :class:`Etcd`, its calls (keys,
-prefixes, transactions, deletes, compaction, leases, watches, status), the choice of endpoint
-and the bounds on every call. It re-exports the values, transaction vocabulary and errors of
-``_etcd_json.py`` (what the gateway's JSON means, no I/O) and reads watches through
-``_etcd_watch.py`` (one open stream), so the replication logic imports everything from here
-and sees bytes, ints and frozen values, never JSON.
+prefixes, transactions, deletes, compaction, leases, watches, status), the choice of endpoint,
+the auth token and the bounds on every call. It re-exports the values, transaction vocabulary
+and errors of ``_etcd_json.py`` (what the gateway's JSON means, no I/O), sends through
+``_etcd_http.py`` (kept-alive HTTP/1.1 connections, h11 over non-blocking sockets) and reads
+watches through ``_etcd_watch.py`` (one open stream), so the replication logic imports
+everything from here and sees bytes, ints and frozen values, never JSON.
 
 Rules kept:
 - **Everything is bounded.** One attempt at one endpoint takes at most ``timeout`` seconds
-  (connect, send and the whole answer); a call tries each endpoint at most once, so it
-  returns or raises within ``len(endpoints) * timeout``. A watch stream has no bound on how
-  long it waits for the next event, but connecting it and receiving etcd's "created" does.
+  (connect, TLS handshake, renewing the auth token, send and the whole answer); a call tries
+  each endpoint at most once, so it returns or raises within ``len(endpoints) * timeout``.
+  An answer is at most ``max_answer`` bytes (a listing is paged to fit: :data:`PAGE` keys of
+  up to 2 MiB each). A watch stream has no bound on how long it waits for the next event,
+  but connecting it and receiving etcd's "created" does, and so does each event's arrival
+  once begun (``_etcd_watch.py``).
 - **Failover never doubles a write.** A call moves on to the next endpoint when the request
-  cannot have reached etcd (the connection was refused or never opened), or when the call is
-  a read (ranges, status, keepalive, revoke, compaction), which can safely be asked twice.
-  A write (put, transaction, delete, lease grant) whose request may have reached etcd is not
-  repeated: it raises :class:`EtcdUnavailable` with ``maybe_applied`` set, and the caller
-  decides (read back, or retry knowing the write may be there twice). etcd answering
-  UNAVAILABLE ("no leader", "request timed out", "leader changed") counts as "may have
-  reached": etcd does not say whether the proposal was lost.
+  cannot have reached etcd (the connection was refused or never opened, the TLS handshake
+  failed), or when the call is a read (ranges, status, keepalive, revoke, compaction), which
+  can safely be asked twice. A write (put, transaction, delete, lease grant) whose request
+  may have reached etcd is not repeated: it raises :class:`EtcdUnavailable` with
+  ``maybe_applied`` set, and the caller decides (read back, or retry knowing the write may
+  be there twice). etcd answering UNAVAILABLE ("no leader", "request timed out", "leader
+  changed") counts as "may have reached": etcd does not say whether the proposal was lost.
+- **The auth token is renewed, never a write doubled by it.** With a user, the client asks
+  etcd for a token (``Authenticate``) before its first call and sends it with every request.
+  When etcd rejects it (expired, revoked, or older than a change of the auth store), etcd
+  has applied nothing: the client authenticates again and sends the same request once more.
+  A wrong password, a missing permission, or auth configured here but disabled in etcd is an
+  :class:`EtcdAuthError` saying which, never retried.
 - **The endpoint that answered is kept.** Calls start at it; one that fails moves the next
   call's start to the endpoint after it, so a stopped member costs one timeout, not one per
   call.
 - **Failures are exceptions of one family** (:class:`EtcdError`), each naming the endpoint
-  and the cause. Outcomes a caller expects are values: a failed compare is
-  ``(False, revision)``, a missing key is ``None``, revoking a lease that is already gone
-  returns ``False``.
+  and the cause; an answer that is not what etcd sends (a hostile or broken server) is one
+  too. Outcomes a caller expects are values: a failed compare is ``(False, revision)``, a
+  missing key is ``None``, revoking a lease that is already gone returns ``False``.
 - **Values stay under etcd's request limit.** etcd refuses a request larger than
   ``--max-request-bytes`` (1.5 MiB by default), counted on the decoded request, so a value
   of up to :data:`MAX_VALUE` bytes always fits with its key and a transaction's overhead;
@@ -34,35 +45,39 @@ Rules kept:
 
 Theory of operation: etcd (3.4 and later) serves its gRPC API as JSON on the client port
 (the grpc-gateway): ``POST /v3/kv/range`` with the request message as JSON, the answer as
-JSON (encoding in ``_etcd_json.py``). Reads are etcd's default, linearizable: a member
-without a leader cannot answer one from stale state. Lease keepalive is a streaming call on
-the gateway: one request, one ``{"result": ...}`` line, end of answer. A watch is a long
-POST whose answer streams one JSON line per watch response (``_etcd_watch.py``). One
-``httpx.AsyncClient`` keeps the connections (HTTP/1.1 keep-alive; a watch holds one for its
-life); httpx runs on anyio, so the client works under trio and asyncio alike.
+JSON (encoding in ``_etcd_json.py``); the token goes in the ``Authorization`` header, which
+the gateway hands to etcd as the call's token. Reads are etcd's default, linearizable: a
+member without a leader cannot answer one from stale state. Lease keepalive is a streaming
+call on the gateway: one request, one ``{"result": ...}`` line, end of answer. A watch is a
+long POST whose answer streams one JSON line per watch response (``_etcd_watch.py``) on a
+connection of its own.
 
 Prior art: the Go client's ``clientv3`` (call names, the prefix end rule ``range_end`` =
-prefix with its last byte incremented), python-etcd3 (the same over gRPC) and etcd's own
-gateway documentation (``Documentation/dev-guide/api_grpc_gateway.md``).
+prefix with its last byte incremented, the token renewal on ``ErrInvalidAuthToken``),
+python-etcd3 (the same over gRPC) and etcd's own gateway documentation
+(``Documentation/dev-guide/api_grpc_gateway.md``).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+import ssl
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any, Final, Self
 
-import anyio
 import attrs
-import httpx
+import trio
 
+from ._etcd_http import MAX_ANSWER, Endpoint, MaybeSent, NotSent, Pool, parse_endpoint
 from ._etcd_json import (
     MAX_VALUE,
     UNAVAILABLE,
+    AuthRenew,
     Compacted,
     Compare,
+    EtcdAuthError,
     EtcdError,
     EtcdUnavailable,
     KeyValue,
@@ -74,22 +89,26 @@ from ._etcd_json import (
     TxnRange,
     TxnResult,
     WatchEvent,
+    b64,
     b64s,
     decode,
     error_of,
     int64,
+    malformed,
     prefix_end,
     put_body,
     range_body,
 )
-from ._etcd_watch import OneChunk, WatchStream, transport_cause
+from ._etcd_watch import WatchStream
 
 __all__ = [
+    "MAX_ANSWER",
     "MAX_VALUE",
     "PAGE",
     "Compacted",
     "Compare",
     "Etcd",
+    "EtcdAuthError",
     "EtcdError",
     "EtcdStatistics",
     "EtcdUnavailable",
@@ -105,10 +124,15 @@ __all__ = [
     "prefix_end",
 ]
 
-_JSON_HEADERS: Final = {"Content-Type": "application/json"}
+#: The most bytes one key-value takes in a listing's JSON: a key and a value of up to 2 MiB
+#: together (etcd's request limit is 1.5 MiB unless raised), base64'd, with its fields.
+KV_JSON_MAX: Final = 3 * 1024 * 1024
+#: Keys per page when :meth:`Etcd.get_prefix` pages through a listing (with the default
+#: ``max_answer``): a page of the largest values still fits one answer.
+PAGE: Final = MAX_ANSWER // KV_JSON_MAX
 
-#: Keys per page when :meth:`Etcd.get_prefix` pages through a large listing.
-PAGE: Final = 500
+# Paths whose request is a read: asked again elsewhere when the answer may have been lost.
+_AUTHENTICATE: Final = "/v3/auth/authenticate"
 
 
 # --- the client ---------------------------------------------------------------------------------
@@ -117,17 +141,28 @@ PAGE: Final = 500
 @attrs.frozen
 class EtcdStatistics:
     """A client's counters: the endpoint it uses now, the requests it sent (every attempt),
-    the times it moved to another endpoint, and the watches open."""
+    the times it moved to another endpoint, the watches open, the connections it opened,
+    and the auth tokens it obtained (the first, then each renewal)."""
 
     endpoint: str
     requests: int
     failovers: int
     watches_open: int
+    connections_opened: int = 0
+    tokens: int = 0
 
 
 class Etcd:
-    """A client of one etcd cluster, given as one or more client endpoints
-    (``"127.0.0.1:2379"`` or ``"http://127.0.0.1:2379"``).
+    """A client of one etcd cluster, given as one or more client endpoints:
+    ``"HOST:PORT"`` or ``"http://HOST:PORT"`` / ``"https://HOST:PORT"`` (every endpoint with
+    the same scheme).
+
+    ``tls`` is the SSL context https endpoints are verified with (its CA bundle, and the
+    client certificate for mutual TLS); given, a bare ``HOST:PORT`` means https. Without it,
+    https endpoints are verified against the system's CAs. ``user`` and ``password``: etcd's
+    auth (a token is obtained, sent and renewed by the client); ``password`` may be a
+    function, called at each authentication, so a password rotated in its file is picked up
+    when etcd rejects the old token. ``max_answer`` bounds the bytes of one answer.
 
     With several endpoints, a call that cannot reach one tries the next (see the module's
     failover rule) and the client keeps using the one that answered. Every call is bounded:
@@ -135,30 +170,58 @@ class Etcd:
     :meth:`aclose`.
     """
 
-    def __init__(self, endpoints: Sequence[str], *, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        timeout: float = 5.0,
+        tls: ssl.SSLContext | None = None,
+        user: str | None = None,
+        password: str | Callable[[], str] | None = None,
+        max_answer: int = MAX_ANSWER,
+    ) -> None:
         if isinstance(endpoints, str):
             raise TypeError("endpoints is a sequence of 'host:port' strings, not one string")
         if not endpoints:
             raise ValueError("an etcd client needs at least one endpoint")
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, not {timeout}")
-        self._endpoints: tuple[str, ...] = tuple(_normalize(e) for e in endpoints)
+        if (user is None) != (password is None):
+            raise ValueError("etcd auth needs both a user and a password")
+        if user is not None and (not user or any(c in user for c in "\r\n\0")):
+            raise ValueError(f"not an etcd user name: {user!r}")
+        if max_answer < 64 * 1024:
+            raise ValueError(f"max_answer must be at least 64 KiB, not {max_answer}")
+        parsed = [parse_endpoint(e, default_scheme="https" if tls else "http") for e in endpoints]
+        schemes = {e.scheme for e in parsed}
+        if len(schemes) > 1:
+            raise ValueError(
+                "the etcd endpoints mix http:// and https://: one cluster is reached one way "
+                f"(got {', '.join(e.url for e in parsed)})"
+            )
+        if tls is not None and schemes == {"http"}:
+            raise ValueError("TLS settings are given but the etcd endpoints are plain http://")
+        if schemes == {"https"} and tls is None:
+            tls = ssl.create_default_context()
+        self._parsed: tuple[Endpoint, ...] = tuple(parsed)
+        self._endpoints: tuple[str, ...] = tuple(e.url for e in parsed)
         self._timeout = timeout
+        self._max_answer = max_answer
+        self._page = max(1, max_answer // KV_JSON_MAX)
+        self._user = user
+        self._password = password  # never logged, never in a message
+        self._token: str | None = None
+        self._token_lock = trio.Lock()
+        self._tokens = 0
         self._current = 0
         self._requests = 0
         self._failovers = 0
         self._watches_open = 0
-        # The pool serves the short calls and the watch streams alike; each phase is bounded
-        # by ``timeout`` here, the whole attempt by the deadline in ``_attempt``.
-        # etcd is reached directly: no proxy from the environment (trust_env=False).
-        # The short calls go to the transport directly (measured: httpx's client layers --
-        # building the request, auth, redirects, cookies -- cost ~40% of a put's CPU, and a
-        # replica puts once per log entry); the watches go through the client, which streams.
-        self._transport = httpx.AsyncHTTPTransport(trust_env=False)
-        self._http = httpx.AsyncClient(
-            transport=self._transport, timeout=httpx.Timeout(timeout), trust_env=False
-        )
-        self._timeouts = httpx.Timeout(timeout).as_dict()
+        self._pool = Pool(tls)
+
+    def __repr__(self) -> str:
+        who = f", user={self._user!r}" if self._user else ""
+        return f"Etcd({list(self._endpoints)!r}{who})"
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -170,6 +233,11 @@ class Etcd:
         """The endpoint the next call tries first (the last one that answered)."""
         return self._endpoints[self._current]
 
+    @property
+    def tls(self) -> bool:
+        """Whether the endpoints are https."""
+        return self._parsed[0].tls
+
     def statistics(self) -> EtcdStatistics:
         """The client's counters now."""
         return EtcdStatistics(
@@ -177,11 +245,13 @@ class Etcd:
             requests=self._requests,
             failovers=self._failovers,
             watches_open=self._watches_open,
+            connections_opened=self._pool.opened,
+            tokens=self._tokens,
         )
 
     async def aclose(self) -> None:
         """Close every connection; the client cannot be used afterwards."""
-        await self._http.aclose()
+        self._pool.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -199,8 +269,9 @@ class Etcd:
     async def get(self, key: bytes) -> KeyValue | None:
         """The key now (a linearizable read), or None when it does not exist."""
         answer = await self._call("/v3/kv/range", range_body(key, b""), write=False)
-        kvs = answer.get("kvs", [])
-        return KeyValue.from_json(kvs[0]) if kvs else None
+        with self._reading("/v3/kv/range"):
+            kvs = answer.get("kvs", [])
+            return KeyValue.from_json(kvs[0]) if kvs else None
 
     async def get_prefix(
         self, prefix: bytes, *, limit: int = 0, revision: int = 0
@@ -218,17 +289,21 @@ class Etcd:
         found: list[KeyValue] = []
         at = revision
         while True:
-            page = PAGE if limit == 0 else min(PAGE, limit - len(found))
+            page = self._page if limit == 0 else min(self._page, limit - len(found))
             body = range_body(start, end)
             body["limit"] = str(page)
             if at:
                 body["revision"] = str(at)
             answer = await self._call("/v3/kv/range", body, write=False)
-            if not at:
-                at = int64(answer.get("header", {}), "revision")
-            kvs = [KeyValue.from_json(kv) for kv in answer.get("kvs", [])]
+            with self._reading("/v3/kv/range"):
+                if not at:
+                    at = int64(answer.get("header", {}), "revision")
+                kvs = [KeyValue.from_json(kv) for kv in answer.get("kvs", [])]
+                more = bool(answer.get("more", False))
+            if len(kvs) > page or (kvs and found and kvs[0].key <= found[-1].key):
+                raise malformed(self.endpoint, "/v3/kv/range", "a page out of order or too long")
             found.extend(kvs)
-            if not answer.get("more", False) or not kvs or (limit and len(found) >= limit):
+            if not more or not kvs or (limit and len(found) >= limit):
                 return found, at
             start = kvs[-1].key + b"\0"
 
@@ -237,13 +312,15 @@ class Etcd:
         body = range_body(b"\0", b"")
         body["count_only"] = True
         answer = await self._call("/v3/kv/range", body, write=False)
-        return int64(answer.get("header", {}), "revision")
+        with self._reading("/v3/kv/range"):
+            return int64(answer.get("header", {}), "revision")
 
     async def put(self, key: bytes, value: bytes, *, lease: int = 0) -> int:
         """Store ``value`` at ``key`` (attached to ``lease`` unless 0); returns the put's
         revision. Raises :class:`LeaseGone` when the lease does not exist."""
         answer = await self._call("/v3/kv/put", put_body(key, value, lease), write=True)
-        return int64(answer.get("header", {}), "revision")
+        with self._reading("/v3/kv/put"):
+            return int64(answer.get("header", {}), "revision")
 
     async def put_if_absent(self, key: bytes, value: bytes, *, lease: int = 0) -> tuple[bool, int]:
         """Store ``value`` at ``key`` only if the key does not exist. Returns (True, the put's
@@ -279,23 +356,24 @@ class Etcd:
             "failure": [op.to_json() for op in failure],
         }
         answer = await self._call("/v3/kv/txn", body, write=True)
-        succeeded = bool(answer.get("succeeded", False))
-        ran = success if succeeded else failure
-        responses = answer.get("responses", [])
-        results: list[TxnOpResult] = []
-        for op, response in zip(ran, responses, strict=True):
-            if isinstance(op, TxnRange):
-                kvs = response.get("response_range", {}).get("kvs", [])
-                results.append(tuple(KeyValue.from_json(kv) for kv in kvs))
-            elif isinstance(op, TxnDelete):
-                results.append(int64(response.get("response_delete_range", {}), "deleted"))
-            else:
-                results.append(None)
-        return TxnResult(
-            succeeded=succeeded,
-            revision=int64(answer.get("header", {}), "revision"),
-            results=tuple(results),
-        )
+        with self._reading("/v3/kv/txn"):
+            succeeded = bool(answer.get("succeeded", False))
+            ran = success if succeeded else failure
+            responses = answer.get("responses", [])
+            results: list[TxnOpResult] = []
+            for op, response in zip(ran, responses, strict=True):
+                if isinstance(op, TxnRange):
+                    kvs = response.get("response_range", {}).get("kvs", [])
+                    results.append(tuple(KeyValue.from_json(kv) for kv in kvs))
+                elif isinstance(op, TxnDelete):
+                    results.append(int64(response.get("response_delete_range", {}), "deleted"))
+                else:
+                    results.append(None)
+            return TxnResult(
+                succeeded=succeeded,
+                revision=int64(answer.get("header", {}), "revision"),
+                results=tuple(results),
+            )
 
     async def delete(self, key: bytes) -> int:
         """Delete ``key``; returns how many keys were deleted (1, or 0 when it was absent)."""
@@ -312,7 +390,8 @@ class Etcd:
         """Delete the keys in ``[start, end)`` (only ``start`` when ``end`` is ``b""``);
         returns how many were deleted."""
         answer = await self._call("/v3/kv/deleterange", range_body(start, end), write=True)
-        return int64(answer, "deleted")
+        with self._reading("/v3/kv/deleterange"):
+            return int64(answer, "deleted")
 
     async def compact(self, revision: int, *, physical: bool = False) -> None:
         """Drop the history before ``revision`` (the keys as of ``revision`` stay readable).
@@ -333,13 +412,15 @@ class Etcd:
         if ttl <= 0:
             raise ValueError(f"a lease's ttl is a positive number of seconds, not {ttl}")
         answer = await self._call("/v3/lease/grant", {"TTL": str(ttl)}, write=True)
-        return int64(answer, "ID"), int64(answer, "TTL")
+        with self._reading("/v3/lease/grant"):
+            return int64(answer, "ID"), int64(answer, "TTL")
 
     async def lease_keepalive(self, lease_id: int) -> int:
         """Renew the lease to its full TTL; returns that TTL in seconds. Raises
         :class:`LeaseGone` when the lease no longer exists (expired or revoked)."""
         answer = await self._call("/v3/lease/keepalive", {"ID": str(lease_id)}, write=False)
-        ttl = int64(answer, "TTL")
+        with self._reading("/v3/lease/keepalive"):
+            ttl = int64(answer, "TTL")
         if ttl <= 0:
             raise LeaseGone(
                 f"etcd at {self.endpoint}: lease {lease_id} is gone (expired or revoked)",
@@ -365,58 +446,71 @@ class Etcd:
         """Watch every key starting with ``prefix`` from ``start_revision`` (inclusive; the
         events already in etcd's history come first). Entering opens the stream (bounded by
         ``timeout`` per endpoint) and returns once etcd has created the watch; iterating
-        gives batches of events in revision order, never splitting one revision's events
-        (etcd cuts its batches at revision boundaries). Progress notifications are skipped.
+        gives batches of events in revision order, never splitting one revision's events.
+        Progress notifications are skipped.
 
         The iterator raises :class:`Compacted` when ``start_revision`` has been compacted
         (right after creation), and :class:`EtcdUnavailable` when the stream breaks or etcd
-        ends it: resume with a new watch from the last revision seen + 1."""
-        return self._watch(prefix, start_revision)
+        ends it (the next call starts at another endpoint): resume with a new watch from the
+        last revision seen + 1."""
+        start, end = (b"\0", b"\0") if prefix == b"" else (prefix, prefix_end(prefix))
+        return self._watch(start, end, start_revision)
 
     async def status(self) -> dict[str, Any]:
         """The maintenance status of the endpoint that answers: ``version``, ``leader`` and
         ``member_id`` (ints), ``raftTerm``, ``raftIndex``, ``dbSize``, ``dbSizeInUse``,
         ``revision`` (ints) and ``endpoint`` (the URL that answered)."""
         answer = await self._call("/v3/maintenance/status", {}, write=False)
-        header = answer.get("header", {})
-        status: dict[str, Any] = {
-            "endpoint": self.endpoint,
-            "version": answer.get("version", ""),
-            "member_id": int64(header, "member_id"),
-            "revision": int64(header, "revision"),
-        }
-        for name in ("leader", "raftTerm", "raftIndex", "raftAppliedIndex", "dbSize"):
-            status[name] = int64(answer, name)
-        status["dbSizeInUse"] = int64(answer, "dbSizeInUse")
-        if "errors" in answer:
-            status["errors"] = list(answer["errors"])
-        return status
+        with self._reading("/v3/maintenance/status"):
+            header = answer.get("header", {})
+            status: dict[str, Any] = {
+                "endpoint": self.endpoint,
+                "version": str(answer.get("version", "")),
+                "member_id": int64(header, "member_id"),
+                "revision": int64(header, "revision"),
+            }
+            for name in ("leader", "raftTerm", "raftIndex", "raftAppliedIndex", "dbSize"):
+                status[name] = int64(answer, name)
+            status["dbSizeInUse"] = int64(answer, "dbSizeInUse")
+            if "errors" in answer:
+                status["errors"] = [str(e) for e in answer["errors"]]
+            return status
 
     # --- machinery -------------------------------------------------------------------------
+
+    @contextmanager
+    def _reading(self, path: str) -> Iterator[None]:
+        """Reading an answer: JSON of the wrong shape (a hostile or broken server) becomes
+        an EtcdError naming the endpoint, never another exception."""
+        try:
+            yield
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
+            raise malformed(self.endpoint, path, f"{type(e).__name__}: {e}") from None
 
     async def _call(self, path: str, body: dict[str, Any], *, write: bool) -> dict[str, Any]:
         """POST ``body`` to ``path`` on the current endpoint, failing over by the module's
         rule; the decoded answer, or the error it carried raised."""
         failures: list[str] = []
         count = len(self._endpoints)
+        data = json.dumps(body, separators=(",", ":")).encode()
         for step in range(count):
             index = (self._current + step) % count
-            endpoint = self._endpoints[index]
+            endpoint = self._parsed[index]
             try:
-                answer = await self._attempt(endpoint, path, body)
-            except _NotSent as e:
-                failures.append(f"{endpoint} ({e})")
-            except _MaybeSent as e:
+                answer = await self._attempt(endpoint, path, data, body)
+            except NotSent as e:
+                failures.append(f"{endpoint.url} ({e})")
+            except MaybeSent as e:
                 if write:
                     self._move_past(index)
                     raise EtcdUnavailable(
-                        f"etcd at {endpoint}: {path} failed after the request was sent "
+                        f"etcd at {endpoint.url}: {path} failed after the request was sent "
                         f"({e}); it may or may not have taken effect",
-                        endpoint=endpoint,
+                        endpoint=endpoint.url,
                         code=e.code,
                         maybe_applied=True,
                     ) from None
-                failures.append(f"{endpoint} ({e})")
+                failures.append(f"{endpoint.url} ({e})")
             else:
                 if index != self._current:
                     self._current = index
@@ -434,53 +528,115 @@ class Etcd:
             self._current = (index + 1) % len(self._endpoints)
             self._failovers += 1
 
-    async def _attempt(self, endpoint: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """One POST to one endpoint within ``timeout``: the answer, an etcd error raised as
-        its EtcdError, or :class:`_NotSent` / :class:`_MaybeSent` for a transport failure."""
-        self._requests += 1
+    async def _attempt(
+        self, endpoint: Endpoint, path: str, data: bytes, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One POST to one endpoint within ``timeout`` (a token renewal included): the
+        answer, an etcd error raised as its EtcdError, or :class:`NotSent` /
+        :class:`MaybeSent` for a transport failure."""
+        deadline = trio.current_time() + self._timeout
+        token = await self._token_for(endpoint, deadline)
         try:
-            with anyio.fail_after(self._timeout):
-                data = json.dumps(body, separators=(",", ":")).encode()
-                request = httpx.Request(
-                    "POST",
-                    endpoint + path,
-                    content=data,  # sets Host and Content-Length
-                    headers=_JSON_HEADERS,
-                    extensions={"timeout": self._timeouts},
-                )
-                request.stream = OneChunk(data)
-                response = await self._transport.handle_async_request(request)
-                try:
-                    content = await response.aread()
-                finally:
-                    await response.aclose()
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as e:
-            raise _NotSent(transport_cause(e)) from None
-        except httpx.TransportError as e:
-            raise _MaybeSent(transport_cause(e)) from None
-        except TimeoutError:
-            raise _MaybeSent(f"no answer within {self._timeout} s") from None
-        answer = decode(endpoint, path, response.status_code, content)
+            return await self._exchange(endpoint, path, data, body, token, deadline)
+        except AuthRenew:
+            # etcd applied nothing: a new token, and the same request once more.
+            token = await self._token_for(endpoint, deadline, rejected=token)
+            try:
+                return await self._exchange(endpoint, path, data, body, token, deadline)
+            except AuthRenew as e:
+                raise EtcdAuthError(
+                    f"{e} (a token obtained just now was rejected too)",
+                    endpoint=endpoint.url,
+                    code=e.code,
+                ) from None
+
+    async def _exchange(
+        self,
+        endpoint: Endpoint,
+        path: str,
+        data: bytes,
+        body: dict[str, Any],
+        token: str | None,
+        deadline: float,
+    ) -> dict[str, Any]:
+        self._requests += 1
+        headers = [] if token is None else [("Authorization", token)]
+        status, content = await self._pool.request(
+            endpoint, path, data, headers, deadline=deadline, max_answer=self._max_answer
+        )
+        url = endpoint.url
+        try:
+            answer = decode(url, path, status, content)
+        except EtcdAuthError:
+            raise
+        except EtcdError as e:
+            # Not etcd's JSON (a broken or hostile server): a read may be asked elsewhere, a
+            # write may have been applied.
+            raise MaybeSent(str(e)) from None
         if path == "/v3/lease/keepalive":
             # A streaming call: its one line is {"result": ...} or {"error": {...}}.
-            if "result" not in answer:
-                raise error_of(endpoint, path, answer.get("error", answer), body)
+            if not isinstance(answer.get("result"), dict):
+                raise error_of(url, path, answer.get("error", answer), body)
             answer = answer["result"]
-        if response.status_code != httpx.codes.OK or "error" in answer:
-            error = error_of(endpoint, path, answer, body)
+        if status != 200 or "error" in answer:
+            error = error_of(url, path, answer, body)
             if error.code == UNAVAILABLE:
-                raise _MaybeSent(str(error), code=error.code)
+                raise MaybeSent(str(error), code=error.code)
             if isinstance(error, Compacted) and path == "/v3/kv/range":
-                error.compact_revision = await self._compact_revision(endpoint)
+                error.compact_revision = await self._compact_revision(endpoint, body)
             raise error
         return answer
 
-    async def _compact_revision(self, endpoint: str) -> int:
-        """etcd's compact revision, learnt from the watch it cancels when asked to start at
-        revision 1 (only called after etcd said something was compacted); 0 if unknown."""
-        with anyio.move_on_after(self._timeout):
+    async def _token_for(
+        self, endpoint: Endpoint, deadline: float, *, rejected: str | None = None
+    ) -> str | None:
+        """The token to send (None without a user): the current one, or a new one when there
+        is none or ``rejected`` is still current. One task authenticates at a time; the
+        others then use its token. A transport failure here is :class:`NotSent` for the
+        request that waits on it."""
+        if self._user is None:
+            return None
+        if self._token is not None and self._token != rejected:
+            return self._token
+        async with self._token_lock:
+            if self._token is not None and self._token != rejected:
+                return self._token  # another task renewed it meanwhile
+            assert self._password is not None
+            password = self._password if isinstance(self._password, str) else self._password()
+            data = json.dumps({"name": self._user, "password": password}).encode()
+            self._requests += 1
             try:
-                async with self._watch(b"\0", 1, at=endpoint) as events:
+                status, content = await self._pool.request(
+                    endpoint, _AUTHENTICATE, data, [], deadline=deadline, max_answer=64 * 1024
+                )
+            except MaybeSent as e:
+                raise NotSent(f"authenticating as {self._user!r}: {e}") from None
+            answer = decode(endpoint.url, _AUTHENTICATE, status, content)
+            if status != 200 or "error" in answer:
+                error = error_of(endpoint.url, _AUTHENTICATE, answer, {})
+                if error.code == UNAVAILABLE:
+                    raise NotSent(str(error))
+                if isinstance(error, AuthRenew):  # not an answer to an authentication
+                    raise malformed(endpoint.url, _AUTHENTICATE, str(error))
+                raise error
+            token = answer.get("token")
+            if not isinstance(token, str) or not token or not token.isascii():
+                raise malformed(endpoint.url, _AUTHENTICATE, "no token in the answer")
+            if any(c in token for c in "\r\n\0") or len(token) > 4096:
+                raise malformed(endpoint.url, _AUTHENTICATE, "a token that is not a header")
+            self._token = token
+            self._tokens += 1
+            return token
+
+    async def _compact_revision(self, endpoint: Endpoint, body: dict[str, Any]) -> int:
+        """etcd's compact revision, learnt from the watch it cancels when asked to start at
+        revision 1 on the range that was refused (only called after etcd said something was
+        compacted: a range the caller may read); 0 if unknown."""
+        with trio.move_on_after(self._timeout):
+            try:
+                key = b64(body.get("key"))
+                end = b64(body.get("range_end"))
+                async with self._watch(key, end, 1, at=endpoint) as events:
                     async for _ in events:
                         return 0
             except Compacted as e:
@@ -491,56 +647,50 @@ class Etcd:
 
     @asynccontextmanager
     async def _watch(
-        self, prefix: bytes, start_revision: int, *, at: str | None = None
+        self, start: bytes, end: bytes, start_revision: int, *, at: Endpoint | None = None
     ) -> AsyncIterator[AsyncIterator[list[WatchEvent]]]:
-        start, end = (b"\0", b"\0") if prefix == b"" else (prefix, prefix_end(prefix))
         create = {
             "create_request": {
                 "key": b64s(start),
                 "range_end": b64s(end),
                 "start_revision": str(start_revision),
+                "fragment": True,
             }
         }
         stream = await self._open_watch(create, at)
         self._watches_open += 1
         try:
             yield stream
+        except EtcdUnavailable:
+            # The stream broke or etcd ended it: the next call (a resumed watch) starts at
+            # another endpoint, if there is one.
+            index = self._parsed.index(stream.endpoint)
+            if at is None and index == self._current:
+                self._move_past(index)
+            raise
         finally:
             self._watches_open -= 1
-            await stream.aclose()
+            stream.close()
 
-    async def _open_watch(self, create: dict[str, Any], at: str | None) -> WatchStream:
+    async def _open_watch(self, create: dict[str, Any], at: Endpoint | None) -> WatchStream:
         """Open a watch stream on ``at`` or, failing over by the read rule, on the endpoints
         from the current one; returns once etcd has said "created"."""
+        count = len(self._parsed)
         order = (
-            [self._endpoints.index(at)]
+            [self._parsed.index(at)]
             if at is not None
-            else [(self._current + i) % len(self._endpoints) for i in range(len(self._endpoints))]
+            else [(self._current + i) % count for i in range(count)]
         )
         failures: list[str] = []
         for index in order:
-            endpoint = self._endpoints[index]
-            self._requests += 1
-            stream = WatchStream(endpoint)
+            endpoint = self._parsed[index]
             try:
-                with anyio.fail_after(self._timeout):
-                    await stream.open(self._http, create, self._timeout)
-            except (httpx.TransportError, TimeoutError, EtcdUnavailable) as e:
+                stream = await self._open_watch_at(endpoint, create)
+            except (NotSent, MaybeSent, EtcdUnavailable) as e:
                 # Not connected, no "created" in time, the stream ended before it, or etcd
                 # said it cannot serve: the next endpoint may.
-                await stream.aclose()
-                cause = (
-                    f"no answer within {self._timeout} s"
-                    if isinstance(e, TimeoutError)
-                    else str(e)
-                    if isinstance(e, EtcdUnavailable)
-                    else transport_cause(e)
-                )
-                failures.append(f"{endpoint} ({cause})")
+                failures.append(f"{endpoint.url} ({e})")
                 continue
-            except BaseException:
-                await stream.aclose()
-                raise
             if at is None and index != self._current:
                 self._current = index
                 self._failovers += 1
@@ -549,27 +699,32 @@ class Etcd:
             self._move_past(self._current)
         raise EtcdUnavailable(f"no etcd endpoint opened a watch: {'; '.join(failures)}")
 
-
-# --- helpers ------------------------------------------------------------------------------------
-
-
-class _NotSent(Exception):
-    """The request never reached the endpoint: another endpoint may have it."""
-
-
-class _MaybeSent(Exception):
-    """The request may have reached the endpoint (no answer, a broken connection, or etcd
-    saying it is unavailable)."""
-
-    def __init__(self, cause: str, *, code: int | None = None) -> None:
-        super().__init__(cause)
-        self.code = code
-
-
-def _normalize(endpoint: str) -> str:
-    endpoint = endpoint.strip().rstrip("/")
-    if not endpoint:
-        raise ValueError("an empty etcd endpoint")
-    if "://" not in endpoint:
-        endpoint = "http://" + endpoint
-    return endpoint
+    async def _open_watch_at(self, endpoint: Endpoint, create: dict[str, Any]) -> WatchStream:
+        deadline = trio.current_time() + self._timeout
+        token = await self._token_for(endpoint, deadline)
+        for renewed in (False, True):
+            self._requests += 1
+            stream = WatchStream(
+                self._pool, endpoint, timeout=self._timeout, max_line=self._max_answer
+            )
+            headers = [] if token is None else [("Authorization", token)]
+            try:
+                with trio.move_on_at(deadline) as scope:
+                    await stream.open(create, headers)
+                if scope.cancelled_caught:
+                    raise MaybeSent(f"no answer within {self._timeout} s")
+            except AuthRenew as e:
+                stream.close()
+                if renewed:
+                    raise EtcdAuthError(
+                        f"{e} (a token obtained just now was rejected too)",
+                        endpoint=endpoint.url,
+                        code=e.code,
+                    ) from None
+                token = await self._token_for(endpoint, deadline, rejected=token)
+                continue
+            except BaseException:
+                stream.close()
+                raise
+            return stream
+        raise AssertionError("unreachable")

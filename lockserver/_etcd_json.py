@@ -27,6 +27,7 @@ __all__ = [
     "MAX_VALUE",
     "Compacted",
     "Compare",
+    "EtcdAuthError",
     "EtcdError",
     "EtcdUnavailable",
     "KeyValue",
@@ -48,10 +49,27 @@ MAX_VALUE: Final = 1_400_000
 
 # gRPC status codes etcd answers with (google.golang.org/grpc/codes).
 NOT_FOUND: Final = 5
+PERMISSION_DENIED: Final = 7
 OUT_OF_RANGE: Final = 11
 UNAVAILABLE: Final = 14
+UNAUTHENTICATED: Final = 16
 _COMPACTED_MESSAGE: Final = "required revision has been compacted"
+#: etcd 3.4's gateway, with --client-cert-auth, to a certificate with a Common Name.
+_COMMON_NAME_REFUSED: Final = b"CommonName of client sending a request against gateway"
 _LEASE_NOT_FOUND_MESSAGE: Final = "requested lease not found"
+#: etcd's words when a token must be renewed: it expired or was revoked (a user's password
+#: changed, auth was disabled and enabled), or it was issued before a change of the auth
+#: store that the request met when applied. Either way etcd did not apply the request.
+_RENEW_MESSAGES: Final = ("invalid auth token", "revision of auth store is old")
+#: etcd's words of an auth refusal that no renewal cures.
+_AUTH_MESSAGES: Final = {
+    "authentication failed": "wrong user name or password (etcd_user, etcd_password_file)",
+    "permission denied": "the etcd user (etcd_user, or none given) lacks the permission: "
+    "grant its role readwrite on the group's prefix (docs/replication.md)",
+    "user name is empty": "etcd requires authentication (set etcd_user and etcd_password_file)",
+    "authentication is not enabled": "etcd_user is set but etcd's authentication is not "
+    "enabled (etcdctl auth enable), so every client could write the group's log",
+}
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -83,6 +101,17 @@ class EtcdUnavailable(EtcdError):
     ):
         super().__init__(message, endpoint=endpoint, code=code)
         self.maybe_applied = maybe_applied
+
+
+class EtcdAuthError(EtcdError):
+    """etcd refused this client's identity or rights: a wrong user name or password, a
+    permission the user's role lacks, a token etcd requires and the client has not, or auth
+    configured here but not enabled in etcd. Renewing the token would not help."""
+
+
+class AuthRenew(EtcdError):
+    """etcd rejected the auth token (expired, revoked, or older than the auth store); it
+    did not apply the request. Internal: the client renews the token and asks again."""
 
 
 class Compacted(EtcdError):
@@ -258,7 +287,8 @@ def prefix_end(prefix: bytes) -> bytes:
 
 
 def b64(text: str | None) -> bytes:
-    return base64.b64decode(text) if text else b""
+    # validate: anything but the base64 alphabet is an error, not silently dropped.
+    return base64.b64decode(text, validate=True) if text else b""
 
 
 def b64s(data: bytes) -> str:
@@ -288,7 +318,14 @@ def decode(endpoint: str, path: str, status: int, content: bytes) -> dict[str, A
     """The JSON object of an answer; anything else is an EtcdError naming what came."""
     try:
         answer = json.loads(content)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting too deep for the parser
+        if status == 400 and _COMMON_NAME_REFUSED in content:
+            raise EtcdAuthError(
+                f"etcd at {endpoint}: {path}: etcd's gateway refuses a client certificate "
+                "that has a Common Name: issue the replicas' certificate with a subject "
+                "alternative name only (docs/replication.md)",
+                endpoint=endpoint,
+            ) from None
         snippet = content[:200].decode("utf-8", "replace")
         raise EtcdError(
             f"etcd at {endpoint}: {path} answered HTTP {status} with no JSON: {snippet!r}",
@@ -299,13 +336,29 @@ def decode(endpoint: str, path: str, status: int, content: bytes) -> dict[str, A
     return answer
 
 
+def malformed(endpoint: str, path: str, why: str) -> EtcdError:
+    """The error of an answer that is JSON but not what etcd sends (a hostile or broken
+    server): it names the endpoint, the call and what is wrong, briefly."""
+    return EtcdError(
+        f"etcd at {endpoint}: {path} answered something this client cannot read ({why[:200]})",
+        endpoint=endpoint,
+    )
+
+
 def error_of(endpoint: str, path: str, answer: dict[str, Any], body: dict[str, Any]) -> EtcdError:
     """The EtcdError an error answer means (``{"error", "message", "code"}`` from a unary
     call, ``{"grpc_code", "message", ...}`` inside a stream)."""
-    message = str(answer.get("message") or answer.get("error") or answer)
+    if not isinstance(answer, dict):
+        return malformed(endpoint, path, f"an error that is not an object: {answer!r:.100}")
+    message = str(answer.get("message") or answer.get("error") or answer)[:1000]
     raw_code = answer.get("code", answer.get("grpc_code"))
-    code = int(raw_code) if raw_code is not None else None
+    code = raw_code if type(raw_code) is int and 0 <= raw_code < 100 else None
     text = f"etcd at {endpoint}: {path}: {message}"
+    if any(m in message for m in _RENEW_MESSAGES):
+        return AuthRenew(text, endpoint=endpoint, code=code)
+    for words, advice in _AUTH_MESSAGES.items():
+        if words in message:
+            return EtcdAuthError(f"{text}: {advice}", endpoint=endpoint, code=code)
     if _COMPACTED_MESSAGE in message:
         return Compacted(text, compact_revision=0, endpoint=endpoint)
     if _LEASE_NOT_FOUND_MESSAGE in message:

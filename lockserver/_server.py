@@ -97,9 +97,9 @@ from protocol import (
 from ._auth import Authenticator, SecurityConfigError, server_ssl_context
 from ._build import build
 from ._busypoll import BusyPoll
-from ._config import ConfigError, ServerConfig, etcd_endpoints, server_version
+from ._config import ConfigError, ServerConfig, server_version
 from ._endpoints import Endpoints
-from ._etcd import Etcd
+from ._etcd_access import etcd_client, etcd_endpoints
 from ._gcstats import GcPauses
 from ._group import Genesis
 from ._http import HttpConnection, HttpCounters, HttpLimits, too_many
@@ -228,6 +228,8 @@ async def serve(
     """
     try:
         ssl_context = server_ssl_context(config.tls_cert, config.tls_key, config.tls_client_ca)
+        # A replica's etcd client: its files are read (and its warnings logged) now.
+        etcd_connection = etcd_client(config) if config.replicate else None
     except SecurityConfigError as exc:
         raise ConfigError(str(exc)) from None
     listeners = await trio.open_tcp_listeners(config.port, host=config.host)
@@ -244,7 +246,8 @@ async def serve(
             lease_ttl=config.replica_lease_ttl,
             snapshot_every=config.replica_snapshot_every,
         )
-        async with Etcd(settings.endpoints) as etcd:
+        assert etcd_connection is not None
+        async with etcd_connection as etcd:
             host, port = listeners[0].socket.getsockname()[:2]
             replica = await Replica.join(
                 settings, etcd, _advertised(str(host), int(port)), _genesis(config)

@@ -85,6 +85,7 @@ from ._ops import TRUE as TRUE
 from ._ops import Abort as Abort
 from ._ops import And as And
 from ._ops import AnywayContinueAfter as AnywayContinueAfter
+from ._ops import ArrivedBelow as ArrivedBelow
 from ._ops import Assert as Assert
 from ._ops import Block as Block
 from ._ops import ChangeOperator as ChangeOperator
@@ -227,6 +228,7 @@ __all__ = [
     "Exists",
     "CountBelow",
     "Waiting",
+    "ArrivedBelow",
     "SetVar",
     "DeleteVar",
     "check_value",

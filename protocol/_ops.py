@@ -7,7 +7,8 @@ then evaluate without re-checking anything.
 
 Two kinds of node:
 - *operators* evaluate to a bool: And, Or, Xor, Not, TRUE, FALSE, Exists, SetVar, DeleteVar
-  (SetVar and DeleteVar are the *change* operators);
+  (SetVar and DeleteVar are the *change* operators), and the extensions CountBelow, Waiting
+  and ArrivedBelow;
 - *statements* are what a transaction executes: Assert, Abort, Block, If, AnywayContinueAfter,
   SelectConstantValue, SelectOperatorValue, SelectVarValue.
 A transaction's top level holds statements only; an operator must be wrapped.
@@ -47,6 +48,7 @@ __all__ = [
     "Exists",
     "CountBelow",
     "Waiting",
+    "ArrivedBelow",
     "SetVar",
     "DeleteVar",
     "check_value",
@@ -504,6 +506,22 @@ class Waiting(Operator):
     WIRE_NAME: ClassVar[str] = "Waiting"
     table: str = attrs.field(validator=_name)
     var: str = attrs.field(validator=_name)
+
+
+@attrs.frozen
+class ArrivedBelow(Operator):
+    """Extension: true when fewer than ``limit`` sessions have *arrived* at ``table``/``var``:
+    hold an entry of it, or have a parked (waiting) transaction that would set it (a SetVar on
+    it, as ``Waiting`` sees them), each session counted once, the caller's own included. Lets
+    parties meet in one transaction each (a barrier): a party's parked transaction counts for
+    the others while it waits, so the last to arrive sees them all, and its commit lets the
+    parked ones run in the same step."""
+
+    PATH_NAME: ClassVar[str] = "ArrivedBelowOp"
+    WIRE_NAME: ClassVar[str] = "ArrivedBelow"
+    table: str = attrs.field(validator=_name)
+    var: str = attrs.field(validator=_name)
+    limit: int = attrs.field(validator=_limit)
 
 
 @attrs.frozen

@@ -28,6 +28,7 @@ from ._ops import (
     Abort,
     And,
     AnywayContinueAfter,
+    ArrivedBelow,
     Assert,
     Block,
     ChangeOperator,
@@ -108,6 +109,9 @@ def node_to_wire(node: Node) -> list[Any]:
     if t is Waiting:
         n = node
         return ["Waiting", n.table, n.var]
+    if t is ArrivedBelow:
+        n = node
+        return ["ArrivedBelow", n.table, n.var, n.limit]
     if t in (And, Or, Xor):
         n = node
         return [t.WIRE_NAME, node_to_wire(n.left), node_to_wire(n.right)]
@@ -319,6 +323,7 @@ _SIZED_FIELDS: Final[dict[type, tuple[str, ...]]] = {
     DeleteVar: ("table", "var", "value"),
     CountBelow: ("table", "var", "limit_table", "limit_var"),
     Waiting: ("table", "var"),
+    ArrivedBelow: ("table", "var"),
     SelectConstantValue: ("into", "value"),
     SelectOperatorValue: ("into",),
     SelectVarValue: ("into", "table", "var"),
@@ -506,6 +511,10 @@ def _b_waiting(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     return d.sized(Waiting(w[1], w[2]), where)
 
 
+def _b_arrivedbelow(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
+    return d.sized(ArrivedBelow(w[1], w[2], w[3]), where)
+
+
 def _b_deletevar(d: _TreeDecoder, w: list[Any], where: Where, depth: int) -> Node:
     table, var = w[1], w[2]
     value = w[3] if len(w) > 3 else None
@@ -535,6 +544,7 @@ _NODE_SPECS: dict[str, tuple[int, int, _Builder, str]] = {
     "SetVar": (2, 7, _b_setvar, "/SetVar"),
     "CountBelow": (3, 6, _b_countbelow, "/CountBelow"),
     "Waiting": (2, 2, _b_waiting, "/Waiting"),
+    "ArrivedBelow": (3, 3, _b_arrivedbelow, "/ArrivedBelow"),
     "DeleteVar": (2, 3, _b_deletevar, "/DeleteVar"),
 }
 

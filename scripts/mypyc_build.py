@@ -6,7 +6,9 @@ it) and one shared runtime library at the top. An editable install (``pip instal
 then runs compiled; ``lockserver --version`` says which build runs.
 ``python scripts/mypyc_build.py --clean`` removes every compiled file again: the checkout is
 pure Python, as it is by default. ``--check`` exits 0 when a C compiler and the Python
-headers are there, 1 (saying what is missing) when not.
+headers are there, 1 (saying what is missing) when not. ``--into DIR`` compiles into DIR,
+laid out as the packages are, and leaves the checkout alone: that is how the wheel's build
+hook (``hatch_build.py``) gets the same files, so a non-editable ``pip install .`` is compiled.
 
 Needs mypy and setuptools (the test extra), a C compiler and the Python headers (Debian:
 ``gcc python3-dev``). The intermediate C files go to a temporary directory; nothing but the
@@ -60,22 +62,25 @@ def manifest_path() -> Path:
     return ROOT / str(_build_module().SOURCES_MANIFEST)
 
 
-def write_manifest() -> None:
-    """Record the SHA-256 of each compiled module's source, as it was compiled."""
+def write_manifest(top: Path = ROOT) -> None:
+    """Record the SHA-256 of each compiled module's source, as it was compiled, in the
+    manifest at ``top`` (the checkout, or the top of a wheel's build)."""
     module = _build_module()
     sources = {
         name: module.source_digest(ROOT / (name.replace(".", "/") + ".py"))
         for name in module.COMPILED_MODULES
     }
-    manifest_path().write_text(json.dumps({"sources": sources}, indent=1) + "\n")
+    (top / str(module.SOURCES_MANIFEST)).write_text(
+        json.dumps({"sources": sources}, indent=1) + "\n"
+    )
 
 
-def compiled_files() -> list[Path]:
-    """Every extension file of a compiled build in this checkout."""
+def compiled_files(top: Path = ROOT) -> list[Path]:
+    """Every extension file of a compiled build under ``top`` (by default this checkout)."""
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
-    found = [p for p in ROOT.glob(f"{GROUP}__mypyc*") if p.name.endswith(suffixes)]
+    found = [p for p in top.glob(f"{GROUP}__mypyc*") if p.name.endswith(suffixes)]
     for package in PACKAGES:
-        found += [p for p in (ROOT / package).rglob("*") if p.name.endswith(suffixes)]
+        found += [p for p in (top / package).rglob("*") if p.name.endswith(suffixes)]
     return sorted(found)
 
 
@@ -103,20 +108,24 @@ def missing_toolchain() -> str | None:
     return None
 
 
-def build() -> None:
-    """Compile the modules in place (after removing any earlier build)."""
+def build(into: Path | None = None) -> None:
+    """Compile the modules in place (after removing any earlier build), or, with ``into``,
+    into that directory (the packages' layout, the manifest at its top), leaving the
+    checkout as it is."""
     from mypyc.build import mypycify
     from setuptools import setup
 
-    clean()
+    if into is None:
+        clean()
     # The digests of the sources as they are now, before compiling them: an edit made during
     # the build then shows as stale rather than hiding behind a later digest.
-    write_manifest()
+    write_manifest(ROOT if into is None else into)
     # setuptools reads the project's pyproject.toml (cwd) and warns about its metadata, which
     # this build does not use.
     warnings.filterwarnings("ignore", message=".*project.license.*")
     paths = [name.replace(".", "/") + ".py" for name in compiled_modules_list()]
     with tempfile.TemporaryDirectory(prefix="lockserver-mypyc-") as tmp:
+        place = ["--inplace"] if into is None else []
         cwd = os.getcwd()
         os.chdir(ROOT)  # mypy reads the project's configuration; paths are relative to it
         try:
@@ -131,11 +140,11 @@ def build() -> None:
                 script_args=[
                     "-q",
                     "build_ext",
-                    "--inplace",
+                    *place,
                     "--build-temp",
                     tmp,
                     "--build-lib",
-                    tmp,
+                    tmp if into is None else str(into),
                 ],
             )
         finally:
@@ -147,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--clean", action="store_true", help="remove the compiled files")
     action.add_argument("--check", action="store_true", help="can this machine build?")
+    action.add_argument(
+        "--into", type=Path, metavar="DIR", help="compile into DIR, not into the checkout"
+    )
     args = parser.parse_args(argv)
     if args.clean:
         print(f"removed {clean()} compiled files")
@@ -156,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot build the compiled modules: {missing}" if missing else "ready to build")
         return 1 if missing else 0
     started = time.monotonic()
-    build()
-    built = compiled_files()
+    build(args.into)
+    built = compiled_files(ROOT if args.into is None else args.into)
     print(f"compiled {len(built)} files in {time.monotonic() - started:.0f} s")
     return 0
 

@@ -8,15 +8,62 @@ folder whose servers need other defaults overrides ``server_config``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import trio
 import trio.testing
+from hypothesis import settings
 from support import TEST_CONFIG, ThreadedServer, start_server
 
 from lockserver import RunningServer, ServerConfig
 from lockserver._build import build
+
+# Hypothesis's per-example deadline (200 ms by default) is an assertion on real elapsed time;
+# with the suite on parallel workers on a 2-core machine an example can exceed it for no fault
+# of the code under test. Time is not asserted in unit tests here: no deadline.
+settings.register_profile("lockserver", deadline=None)
+settings.load_profile("lockserver")
+
+#: Set by scripts/test.py for the pure half of its run: the tests marked ``build_independent``
+#: or ``one_build`` run in the compiled half only.
+SKIP_ONCE = "LOCKSERVER_TEST_SKIP_BUILD_INDEPENDENT"
+#: ``build_independent``: they read only the sources (lint, types) or build and install their
+#: own wheels, so they cannot tell the builds apart. ``one_build``: long system tests whose
+#: subject is the system around the server (etcd, the network, processes); the rest of the
+#: suite pins both builds' behaviour equal, so running them twice would test the same thing.
+ONCE_MARKERS = ("build_independent", "one_build")
+
+
+#: Folders of tests/ whose tests share state of the host beyond ports and temporary files
+#: (network namespaces, nftables tables, the addresses inside them): under pytest-xdist
+#: (scripts/test.py) one worker runs all of a folder's tests, one after the other.
+HOST_STATE_FOLDERS = {"lab": "host-network"}
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Group the tests of ``HOST_STATE_FOLDERS`` on one xdist worker."""
+    parts = Path(str(item.path)).relative_to(Path(__file__).parent).parts
+    if len(parts) > 1 and parts[0] in HOST_STATE_FOLDERS:
+        item.add_marker(pytest.mark.xdist_group(HOST_STATE_FOLDERS[parts[0]]))
+
+
+def _once(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(name) for name in ONCE_MARKERS)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``LOCKSERVER_TEST_SKIP_BUILD_INDEPENDENT=1``, deselect the tests marked
+    ``build_independent`` or ``one_build``: the other half of scripts/test.py runs them."""
+    if os.environ.get(SKIP_ONCE) != "1":
+        return
+    once = [item for item in items if _once(item)]
+    if once:
+        config.hook.pytest_deselected(items=once)
+        items[:] = [item for item in items if not _once(item)]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -22,6 +22,11 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+#: Lint and types read the sources, never the compiled files: scripts/test.py runs them once.
+once = pytest.mark.build_independent("reads the sources only")
+
+
+@once
 @pytest.mark.parametrize(
     "command",
     [("ruff", "check", "."), ("ruff", "format", "--check", ".")],
@@ -33,6 +38,7 @@ def test_ruff(command: tuple[str, ...]) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@once
 def test_mypy_strict() -> None:
     """The library packages type-check under mypy --strict (config in pyproject.toml)."""
     done = run("mypy")

@@ -19,16 +19,27 @@ from support import ThreadedServer
 import client
 from client import LockClient, LockClientError, open_lock_client, recipes
 from client.recipes import (
+    AsyncBarrier,
+    AsyncCountDownLatch,
+    AsyncDoubleBarrier,
+    AsyncElection,
+    AsyncGroup,
     AsyncLock,
     AsyncLockSet,
     AsyncMultiLock,
     AsyncMutex,
     AsyncReadLock,
     AsyncReadWriteLock,
+    AsyncReentrantMutex,
     AsyncSemaphore,
     AsyncStateLock,
     AsyncTimeWindowLock,
     AsyncWriteLock,
+    Barrier,
+    CountDownLatch,
+    DoubleBarrier,
+    Election,
+    Group,
     LockLostError,
     LockSet,
     MultiLock,
@@ -36,6 +47,7 @@ from client.recipes import (
     NotAcquired,
     ReadLock,
     ReadWriteLock,
+    ReentrantMutex,
     Semaphore,
     StateLock,
     SyncLock,
@@ -71,6 +83,26 @@ PUBLIC = {
     "AsyncTimeWindowLock": CLASS,
     "AsyncStateLock": CLASS,
     "AsyncLock": CLASS,
+    # coordination recipes, sync face
+    "Election": CLASS,
+    "ReentrantMutex": CLASS,
+    "Barrier": CLASS,
+    "DoubleBarrier": CLASS,
+    "CountDownLatch": CLASS,
+    "Group": CLASS,
+    # ... async face
+    "AsyncElection": CLASS,
+    "AsyncReentrantMutex": CLASS,
+    "AsyncBarrier": CLASS,
+    "AsyncDoubleBarrier": CLASS,
+    "AsyncCountDownLatch": CLASS,
+    "AsyncGroup": CLASS,
+    "AsyncWatch": CLASS,
+    # ... and what they report
+    "LeaderInfo": CLASS,
+    "LeaderChange": CLASS,
+    "Member": CLASS,
+    "GroupChange": CLASS,
     # permits (both faces)
     "set_permits": FUNCTION,
     "clear_permits": FUNCTION,
@@ -91,6 +123,13 @@ PUBLIC = {
     "WINDOW_TABLE": CONSTANT,
     "CLAIM_TABLE": CONSTANT,
     "STATE_TABLE": CONSTANT,
+    "ELECTION_TABLE": CONSTANT,
+    "ELECTION_VALUE_TABLE": CONSTANT,
+    "BARRIER_TABLE": CONSTANT,
+    "BARRIER_OUT_TABLE": CONSTANT,
+    "LATCH_TABLE": CONSTANT,
+    "GROUP_TABLE": CONSTANT,
+    "GROUP_META_TABLE": CONSTANT,
 }
 
 
@@ -148,6 +187,18 @@ def test_client_re_exports_are_the_same_objects() -> None:
         "AsyncSemaphore",
         "AsyncTimeWindowLock",
         "AsyncStateLock",
+        "Election",
+        "ReentrantMutex",
+        "Barrier",
+        "DoubleBarrier",
+        "CountDownLatch",
+        "Group",
+        "AsyncElection",
+        "AsyncReentrantMutex",
+        "AsyncBarrier",
+        "AsyncDoubleBarrier",
+        "AsyncCountDownLatch",
+        "AsyncGroup",
         "set_permits",
         "clear_permits",
         "get_permits",
@@ -169,6 +220,13 @@ def test_tables_and_task_states() -> None:
     assert recipes.CLAIM_TABLE == "recipes.task.claim"
     assert recipes.STATE_TABLE == "recipes.task.state"
     assert (recipes.DONE, recipes.FAILED, recipes.IN_PROGRESS) == ("done", "failed", "in_progress")
+    assert recipes.ELECTION_TABLE == "recipes.election"
+    assert recipes.ELECTION_VALUE_TABLE == "recipes.election.value"
+    assert recipes.BARRIER_TABLE == "recipes.barrier"
+    assert recipes.BARRIER_OUT_TABLE == "recipes.barrier.out"
+    assert recipes.LATCH_TABLE == "recipes.latch"
+    assert recipes.GROUP_TABLE == "recipes.group"
+    assert recipes.GROUP_META_TABLE == "recipes.group.meta"
 
 
 def test_errors() -> None:
@@ -197,6 +255,18 @@ CONSTRUCTORS = {
     (TimeWindowLock, AsyncTimeWindowLock): f"(session, namespace, name, *, period, {COMMON})",
     (StateLock, AsyncStateLock): f"(session, namespace, task, *, {COMMON})",
     (SyncLock, AsyncLock): f"(session, namespace, name, *, {COMMON})",
+    (Election, AsyncElection): f"(session, namespace, name, *, {COMMON})",
+    (ReentrantMutex, AsyncReentrantMutex): f"(session, namespace, name, *, ttl=None, {COMMON})",
+    (Barrier, AsyncBarrier): (
+        f"(session, namespace, name, *, parties, on_party_lost=None, {COMMON})"
+    ),
+    (DoubleBarrier, AsyncDoubleBarrier): (
+        f"(session, namespace, name, *, parties, on_party_lost=None, {COMMON})"
+    ),
+    (CountDownLatch, AsyncCountDownLatch): (
+        "(session, namespace, name, *, count, max_age=None, description='')"
+    ),
+    (Group, AsyncGroup): f"(session, namespace, name, *, member_id=None, {COMMON})",
     (MultiLock, AsyncMultiLock): (
         "(client, namespace, app_id, *, max_age=60.0, on_lost=None, min_uptime=0.0, min_trust=0.0)"
     ),

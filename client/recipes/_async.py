@@ -149,8 +149,10 @@ class AsyncLock(LockCore[AsyncSession]):
         return await cm.__aexit__(exc_type, exc, tb)
 
     @asynccontextmanager
-    async def _hold(self) -> AsyncIterator[None]:
-        if not await self.acquire():
+    async def _hold(
+        self, blocking: bool = True, timeout: float | None = None
+    ) -> AsyncIterator[None]:
+        if not await self.acquire(blocking, timeout):
             raise NotAcquired(self, self.last_result)
         try:
             with anyio.CancelScope() as scope:

@@ -70,6 +70,7 @@ __all__ = [
     "UnknownStamp",
     "check_name",
     "max_wait_of",
+    "same_value",
     "seconds",
 ]
 
@@ -182,6 +183,10 @@ class LockCore(Generic[S]):
     TTL_IS_LOSS: ClassVar[bool] = True
     #: Whether leaving ``with lock:`` releases it (False for time windows).
     RELEASE_ON_EXIT: ClassVar[bool] = True
+    #: Whether a loss notice naming one of the grant's variables at a *later* fence is about
+    #: this grant (True for kinds whose grant moves its own entries on: a barrier party that
+    #: starts to leave); otherwise only the grant's fence matches.
+    MATCH_LATER: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -564,8 +569,11 @@ class LockCore(Generic[S]):
             return False
         variables = self._variables()
         ns = self.namespace
+        later = self.MATCH_LATER
         return any(
-            e_ns == ns and e_fence == fence and (e_table, e_var) in variables
+            e_ns == ns
+            and (e_fence == fence or (later and e_fence > fence))
+            and (e_table, e_var) in variables
             for e_ns, e_table, e_var, e_fence in event.entries
         )
 
@@ -609,6 +617,18 @@ class LockCore(Generic[S]):
     def _signal_lost(self) -> None:
         """The grant is lost: set the face's event, cancel what it protects."""
         raise NotImplementedError
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Wire-value equality, as the server compares values: types must match (1, 1.0 and
+    True are different values)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is list or type(a) is tuple:
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(same_value(v, b[k]) for k, v in a.items())
+    return bool(a == b)
 
 
 def max_wait_of(limits: Mapping[str, Any]) -> float:

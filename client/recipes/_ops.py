@@ -47,6 +47,7 @@ from client._result import Result
 from protocol import Statement
 
 from ._base import LockCore, LockLostError, max_wait_of
+from ._feed import Emit, NextFeed, Subscribe, Unsubscribe
 from ._kinds import TaskClaimKind, task_state
 
 __all__ = [
@@ -102,9 +103,10 @@ WELCOME = Welcome()
 
 
 class Execute:
-    """The step "run these statements in the lock's session and namespace"."""
+    """The step "run these statements in the lock's session (or in ``session``, when given)
+    and namespace"."""
 
-    __slots__ = ("cleanup", "min_trust", "min_uptime", "statements", "wait")
+    __slots__ = ("cleanup", "min_trust", "min_uptime", "session", "statements", "wait")
 
     def __init__(
         self,
@@ -114,12 +116,14 @@ class Execute:
         min_uptime: float = 0.0,
         min_trust: float = 0.0,
         cleanup: bool = False,
+        session: Any = None,
     ) -> None:
         self.statements = statements
         self.wait = wait
         self.min_uptime = min_uptime
         self.min_trust = min_trust
         self.cleanup = cleanup
+        self.session = session  # another session of the same face to run in (a latch's own)
 
     def __repr__(self) -> str:
         return f"<Execute {len(self.statements)} statement(s) wait={self.wait}>"
@@ -127,6 +131,8 @@ class Execute:
     def run(self, session: Any, namespace: str) -> Any:
         """``session.execute(...)`` of this step: a Result (sync face), or an awaitable of it
         (async face)."""
+        if self.session is not None:
+            session = self.session
         return session.execute(
             namespace,
             self.statements,
@@ -136,14 +142,15 @@ class Execute:
         )
 
 
-Step = Now | Welcome | Execute
+Step = Now | Welcome | Execute | Subscribe | Unsubscribe | NextFeed | Emit
 #: An operation: yields steps, receives their outcomes, returns its result.
 Op = Generator[Step, Any, T]
 
 
 class Run(Generic[T]):
-    """One operation being driven: ``next()`` gives the next Execute step (answering
-    :data:`NOW` steps from ``clock`` itself) or None once the operation has returned
+    """One operation being driven: ``next()`` gives the next step that is not :data:`NOW`
+    (those it answers from ``clock`` itself: an Execute, WELCOME, or a coordination step of
+    ``_feed``) or None once the operation has returned
     (``result``). The driver sets ``value`` (the step's outcome) or ``error`` (its
     exception) before the next ``next()``; neither: None is sent."""
 
@@ -156,14 +163,14 @@ class Run(Generic[T]):
         self.error: BaseException | None = None
         self.result: T
 
-    def next(self) -> Execute | Welcome | None:
+    def next(self) -> Any:
         op = self.op
         value, error = self.value, self.error
         self.value = self.error = None
         try:
             while True:
                 step = op.send(value) if error is None else op.throw(error)
-                if type(step) is Execute or step is WELCOME:
+                if step is not NOW:
                     return step
                 value, error = self.clock(), None
         except StopIteration as stop:

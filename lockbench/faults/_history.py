@@ -11,7 +11,13 @@ A history file holds five kinds of record, each a JSON object with a ``"type"``:
   effect) or ``unknown`` (the client never learned: a timeout, a lost connection; Jepsen's
   ``:info``). An unknown operation may have taken effect at any moment from its invocation
   on, or never: checkers treat its interval as ``[invoke, +inf)``; ``complete`` then says
-  when the client gave up, for the timeline only.
+  when the client gave up, for the timeline only. A lock workload's granted ``acquire``
+  carries its ``fence`` and, in ``value``, ``{"mode": "w" | "r" | "s", "valid_until": t}``:
+  the holder's guarantee deadline on the lab clock, computed from the grant's
+  ``valid_until`` as the client recipes do (the checkers flag a conflicting grant made before
+  ``t`` while the holder had not sent its release). A process whose operation ended unknown
+  continues under a new name, ``name.1``, ``name.2``... (Jepsen retires such a process); the
+  checkers count them as one client.
 - ``"hold"``: one critical section as a client believed it held a lock: exactly
   :class:`lockbench.safety.Interval` (recorded after the grant arrived, before the release is
   sent, so an overlap is a real one).

@@ -40,6 +40,7 @@ from protocol import (
     Abort,
     And,
     AnywayContinueAfter,
+    ArrivedBelow,
     Assert,
     Block,
     CountBelow,
@@ -570,6 +571,18 @@ def _op_waiting(ctx: TxContext, node: Any) -> bool:
     return any(owner != sid for owner in setters)
 
 
+def _op_arrivedbelow(ctx: TxContext, node: Any) -> bool:
+    limit: int = node.limit
+    slot = ctx._slot(node.table, node.var)
+    setters = ctx.store.pending_sets.get((ctx.namespace, node.table, node.var))
+    if not setters:  # a session holds at most one entry per variable: entries are sessions
+        return (0 if slot is None else len(as_entries(slot))) < limit
+    arrived = set(setters)
+    if slot is not None:
+        arrived.update([e[S_OWNER] for e in as_entries(slot)])
+    return len(arrived) < limit
+
+
 _OPERATOR: dict[type, Callable[[TxContext, Any], bool]] = {
     And: _op_and,
     Or: _op_or,
@@ -582,6 +595,7 @@ _OPERATOR: dict[type, Callable[[TxContext, Any], bool]] = {
     DeleteVar: _op_deletevar,
     CountBelow: _op_countbelow,
     Waiting: _op_waiting,
+    ArrivedBelow: _op_arrivedbelow,
 }
 
 

@@ -50,6 +50,7 @@ from protocol import (
     MAX_HOLDERS,
     PAGE_BYTES,
     PAGE_SCAN,
+    ArrivedBelow,
     CountBelow,
     ErrorCode,
     Exists,
@@ -176,7 +177,8 @@ def denial_holders(
 ) -> tuple[HolderInfo, ...]:
     """The entries that made ``statement`` (a top-level statement that aborted) fail, as the
     evaluator saw them: for each ``Exists`` the entries it matched, for each exclusive
-    ``SetVar`` every entry of its variable, for each ``CountBelow`` the entries it counted;
+    ``SetVar`` every entry of its variable, for each ``CountBelow`` and ``ArrivedBelow`` the
+    entries it counted;
     in the tree's order, each entry once, at most ``MAX_HOLDERS``, and only while their
     records fit in ``room`` bytes (what the reply has left beside its selected data: a
     result never passes the 1 MiB a client accepts). Entries of the running transaction
@@ -191,13 +193,13 @@ def denial_holders(
     while stack and len(out) < MAX_HOLDERS:
         node = stack.pop()
         t = type(node)
-        if t is Exists or t is SetVar or t is CountBelow:
+        if t is Exists or t is SetVar or t is CountBelow or t is ArrivedBelow:
             if t is SetVar and node.allow_duplicates:
                 continue
             slot = find_slot(tables, node.table, node.var)
             if slot is None:
                 continue
-            skip = sid if t is not SetVar and node.ignore_this_session else None
+            skip = sid if (t is Exists or t is CountBelow) and node.ignore_this_session else None
             value = node.value if t is Exists else None
             for e in as_entries(slot):
                 if e[S_OWNER] == skip or e[S_FENCE] == uncommitted:

@@ -53,6 +53,7 @@ import attrs
 from mypy_extensions import mypyc_attr
 
 from protocol import (
+    ArrivedBelow,
     Cause,
     CountBelow,
     DeleteVar,
@@ -86,7 +87,7 @@ __all__ = [
 ]
 
 Key = tuple[str, str, str]
-_KEYED = (Exists, SetVar, DeleteVar, SelectVarValue, CountBelow, Waiting)
+_KEYED = (Exists, SetVar, DeleteVar, SelectVarValue, CountBelow, Waiting, ArrivedBelow)
 #: What re-running one parked transaction costs beside its ops, in ops (measured: ~5 µs per
 #: run plus ~0.08 µs per cheap op).
 RUN_WEIGHT = 64
@@ -152,7 +153,7 @@ class _Shape:
                 keys.add(key)
                 if t is SetVar:
                     sets.add(key)
-                elif t is Waiting:
+                elif t is Waiting or t is ArrivedBelow:
                     watches.add(key)
                 elif t is CountBelow and keyed.limit_table is not None:
                     keys.add((ns, keyed.limit_table, keyed.limit_var))
@@ -232,7 +233,7 @@ class _Waiter:
         self.deadline = deadline
         self.last = last
         self.seen = 0  # the queue's change version this waiter was last evaluated at
-        self.sets = shape.sets  # what it would set: visible through ``Waiting``
+        self.sets = shape.sets  # what it would set: visible through Waiting, ArrivedBelow
         self.watches = shape.watches  # whose pending setters it looks at
 
 
@@ -310,7 +311,8 @@ class WaitQueue:
         self._by_key: dict[Key, dict[int, _Waiter]] = {}
         self._by_session: dict[str, dict[int, _Waiter]] = {}
         self._by_owner: dict[Hashable, dict[int, _Waiter]] = {}
-        self._watched: dict[Key, int] = {}  # variables parked Waiting nodes look at
+        # Variables whose pending setters parked Waiting / ArrivedBelow nodes look at.
+        self._watched: dict[Key, int] = {}
         # weights (ops + RUN_WEIGHT) parked per variable, session and principal
         self._ops_by_key: dict[Key, int] = {}
         self._ops_by_session: dict[str, int] = {}
@@ -381,6 +383,10 @@ class WaitQueue:
                 refusal = self._park(owner, principal, token, session, tx, now, wait, result)
                 if refusal is not None:
                     answers.append((token, refusal))
+                elif self.engine.store.changed:
+                    # It is a new pending setter of a variable parked ArrivedBelow / Waiting
+                    # nodes look at (``_park`` noted it): they may run now.
+                    answers.extend(self.process(now=now, trust=trust))
                 return answers
         if self._by_token:
             answers.extend(self.process(now=now, trust=trust))
@@ -422,11 +428,16 @@ class WaitQueue:
         self._ops_by_principal[principal] = self._ops_by_principal.get(principal, 0) + ops
         self._by_owner.setdefault(owner, {})[w.seq] = w
         pending = engine.pending_sets
+        watched = self._watched
         for key in w.sets:
             setters = pending.setdefault(key, {})
             setters[sid] = setters.get(sid, 0) + 1
+            if key in watched:
+                # One more pending setter: waiters that count them (ArrivedBelow) or give way
+                # to them (Waiting) must be looked at again, as when one goes (``_remove``).
+                engine.note_change(key)
         for key in w.watches:
-            self._watched[key] = self._watched.get(key, 0) + 1
+            watched[key] = watched.get(key, 0) + 1
         self._deadlines.add(w, (w.deadline, w.seq, w))
         engine.store.stored += w.cost
         self._parked_total += 1
@@ -707,8 +718,9 @@ class WaitQueue:
             else:
                 self._watched[key] -= 1
         if w.sets:
-            # One fewer pending setter: waiters that gave way to it (``Waiting``) must be
-            # looked at again, so for them this counts as a change of those variables.
+            # One fewer pending setter: waiters that gave way to it (``Waiting``) or counted
+            # it (``ArrivedBelow``) must be looked at again, so for them this counts as a
+            # change of those variables.
             engine = self.engine
             pending = engine.pending_sets
             sid = w.session.session_id

@@ -79,6 +79,7 @@ def test_replicas_run_the_named_checkout(tmp_path: Path, monkeypatch: pytest.Mon
     with ReplicaGroup(["127.0.0.1:1"], tmp_path / "replicas", n=1) as group:
         group._spawn(group.replicas[0])
         deadline = time.monotonic() + 20
-        while not marker.exists() and time.monotonic() < deadline:
+        # Until the marker has its text: it exists, empty, a moment before it is written.
+        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
             time.sleep(0.05)
     assert Path(marker.read_text()).resolve() == (root / "lockserver" / "__main__.py").resolve()

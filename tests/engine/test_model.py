@@ -31,6 +31,7 @@ from protocol import (
     Abort,
     And,
     AnywayContinueAfter,
+    ArrivedBelow,
     Assert,
     Block,
     Cause,
@@ -94,9 +95,10 @@ setvar = st.builds(
     allow_duplicates=st.booleans(),
 )
 deletevar = st.builds(DeleteVar, tables, variables, values)
+arrived = st.builds(ArrivedBelow, tables, variables, st.integers(0, 3))
 changes = st.one_of(setvar, deletevar)
 operators = st.recursive(
-    st.one_of(st.sampled_from([TRUE, FALSE]), exists, setvar, deletevar),
+    st.one_of(st.sampled_from([TRUE, FALSE]), exists, setvar, deletevar, arrived),
     lambda inner: st.one_of(
         st.builds(And, inner, inner),
         st.builds(Or, inner, inner),
@@ -404,6 +406,8 @@ class Run:
                 node.value is None or same(e[1], node.value)
                 for e in self.visible(node.table, node.var, node.ignore_this_session)
             )
+        if t is ArrivedBelow:  # no wait queue here: the sessions holding an entry
+            return len({e[0] for e in self.visible(node.table, node.var, False)}) < node.limit
         if t is SetVar:
             return self.setvar(node)
         assert t is DeleteVar

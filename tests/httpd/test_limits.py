@@ -257,7 +257,9 @@ async def test_a_protocol_client_is_unaffected_by_misbehaving_http_clients(
 ) -> None:
     """While 20 HTTP connections hold half-sent heads, 10 send garbage and one scrapes
     /metrics in a loop, a protocol client on the same port is served: 200 pings, each
-    answered within 50 ms."""
+    answered within 0.5 s (a ping waits at most for the render in progress, a few ms; a
+    starved client would wait for the stuck heads, until the 20 s bound; 0.5 s leaves room
+    for a loaded 2-core machine running the suite on parallel workers)."""
     server = await start_server(nursery)
     worst = 0.0
     with trio.fail_after(20):
@@ -293,4 +295,4 @@ async def test_a_protocol_client_is_unaffected_by_misbehaving_http_clients(
         await client.aclose()
         for c in stuck:
             await c.aclose()
-    assert worst < 0.05, worst
+    assert worst < 0.5, worst

@@ -473,8 +473,9 @@ def _direct(wire: Any) -> ProtocolError:
 # --- trees --------------------------------------------------------------------------------------
 
 OP_NAMES = (
-    "Abort, And, AnywayContinueAfter, Assert, Block, CountBelow, DeleteVar, Exists, False, If, "
-    "Not, Or, SelectConstantValue, SelectOperatorValue, SelectVarValue, SetVar, True, Waiting, Xor"
+    "Abort, And, AnywayContinueAfter, ArrivedBelow, Assert, Block, CountBelow, DeleteVar, "
+    "Exists, False, If, Not, Or, SelectConstantValue, SelectOperatorValue, SelectVarValue, "
+    "SetVar, True, Waiting, Xor"
 )
 WRAP = "wrap operators in Assert, If, SelectOperatorValue or AnywayContinueAfter"
 
@@ -500,6 +501,26 @@ TREE_CASES: list[tuple[str, Any, str]] = [
         "CountBelow.limit must be an integer >= 0, got float",
     ),
     ("waiting-blank", [["Assert", ["Waiting", "t", " "]]], "Waiting.var must not be blank"),
+    (
+        "arrived-negative",
+        [["Assert", ["ArrivedBelow", "t", "v", -1]]],
+        "ArrivedBelow.limit must be an integer >= 0, got -1",
+    ),
+    (
+        "arrived-bool-limit",
+        [["Assert", ["ArrivedBelow", "t", "v", True]]],
+        "ArrivedBelow.limit must be an integer >= 0, got bool",
+    ),
+    (
+        "arrived-no-limit",
+        [["Assert", ["ArrivedBelow", "t", "v"]]],
+        "statements[0]/Assert: ArrivedBelow takes 3 arguments, got 2",
+    ),
+    (
+        "arrived-blank-table",
+        [["Assert", ["ArrivedBelow", "", "v", 2]]],
+        "ArrivedBelow.table must not be blank",
+    ),
     ("unknown-op", [["Nope"]], f"statements[0]: unknown op 'Nope' (known: {OP_NAMES})"),
     ("lowercase-op", [["Abort"], ["assert", ["True"]]], "statements[1]: unknown op 'assert'"),
     ("int-op", [[5]], "statements[0]: unknown op 5"),

@@ -19,6 +19,7 @@ from protocol import (
     Abort,
     And,
     AnywayContinueAfter,
+    ArrivedBelow,
     Assert,
     Block,
     Cancel,
@@ -140,6 +141,7 @@ leaf_operators = st.one_of(
     st.just(TRUE),
     st.just(FALSE),
     st.builds(Exists, names, names, values, ignore_this_session=st.booleans()),
+    st.builds(ArrivedBelow, names, names, st.integers(0, 2**64 - 1)),
     change_ops,
 )
 operators = st.recursive(

@@ -167,6 +167,8 @@ NAME_NODES = [
     lambda n: ["Assert", ["CountBelow", "t", n, 1]],
     lambda n: ["Assert", ["CountBelow", "t", "v", 1, n, "x"]],
     lambda n: ["Assert", ["Waiting", n, "v"]],
+    lambda n: ["Assert", ["ArrivedBelow", n, "v", 2]],
+    lambda n: ["Assert", ["ArrivedBelow", "t", n, 2]],
     lambda n: ["SelectConstantValue", n, 1],
     lambda n: ["SelectOperatorValue", n, ["True"]],
     lambda n: ["SelectVarValue", "x", "t", n],

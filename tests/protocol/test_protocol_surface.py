@@ -228,6 +228,7 @@ PUBLIC = {
     "Exists",
     "CountBelow",
     "Waiting",
+    "ArrivedBelow",
     "SetVar",
     "DeleteVar",
     "check_value",

@@ -61,6 +61,17 @@ def grants_grow(c: Contention, seconds: float) -> int:
     return c.grants - before
 
 
+def parked(client: LockClient, n: int, timeout: float = 20.0) -> None:
+    """Return once ``n`` transactions wait on the namespace ``held`` (the listing goes
+    through the group's log, so any replica answers the same), failing after ``timeout``
+    seconds. Waiting for the state, not a fixed sleep: under load a waiter's request can take
+    longer than any sleep to be queued."""
+    deadline = time.monotonic() + timeout
+    while len(client.waiters("held").waiters) < n:
+        assert time.monotonic() < deadline, f"{n} waiters were not parked in {timeout} s"
+        time.sleep(0.02)
+
+
 def finish(c: Contention, recorder: Recorder) -> None:
     c.stop()
     assert c.alive == 0, "a contending thread did not stop"
@@ -97,10 +108,10 @@ def test_kill_9_of_the_holders_replica(group1: ReplicaGroup) -> None:
 
         w1 = threading.Thread(target=waiter, args=("first", order[1:] + order[:1]))
         w1.start()
-        time.sleep(0.5)
+        parked(holder, 1)  # the first is queued before the second asks: their order is known
         w2 = threading.Thread(target=waiter, args=("second", order[2:] + order[:2]))
         w2.start()
-        time.sleep(0.5)
+        parked(holder, 2)
         group1.kill(0)
         assert grants_grow(c, SETTLE) > 0  # the others keep being served
         lock.release()  # through replica 1 or 2: the session lived on, the lock was held

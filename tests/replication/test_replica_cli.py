@@ -43,19 +43,22 @@ def test_unreachable_etcd_exits_1_naming_the_group_and_endpoint() -> None:
 
 
 def test_bad_replicate_value_is_a_usage_error() -> None:
-    """A --replicate that is not etcd://HOST:PORT: exit 2 naming the setting."""
-    done = run("--replicate", "http://127.0.0.1:2379")
+    """A --replicate that is not etcd://HOST:PORT (or etcds://, or URLs): exit 2 naming the
+    setting."""
+    done = run("--replicate", "127.0.0.1:2379")
     assert done.returncode == 2
-    assert "replicate: must look like etcd://HOST:PORT" in done.stderr
+    assert "replicate: must be etcd://HOST:PORT" in done.stderr
 
 
-def test_the_replicated_group_demo_runs() -> None:
+@pytest.mark.parametrize("flags", [[], ["--secure"]])
+def test_the_replicated_group_demo_runs(flags: list[str]) -> None:
     """examples/replicated_group.py: etcd and three replicas start, a lock survives the kill
-    of its holder's replica, and the next grant's fence is larger."""
+    of its holder's replica, and the next grant's fence is larger; with ``--secure`` the same
+    runs through etcd with TLS, client certificates and auth."""
     if ETCD is None:
         pytest.skip(SKIP_REASON)
     done = subprocess.run(
-        [sys.executable, "examples/replicated_group.py", "--once"],
+        [sys.executable, "examples/replicated_group.py", "--once", *flags],
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
@@ -66,6 +69,7 @@ def test_the_replicated_group_demo_runs() -> None:
     assert "another client, through another replica: refused" in done.stdout
     assert "still held: the other client is refused" in done.stdout
     assert "(failed over; no lock lost)" in done.stdout
+    assert ("etcd: https://" in done.stdout) == bool(flags)
     line = next(x for x in done.stdout.splitlines() if x.startswith("the other client takes"))
     later, earlier = (int(x) for x in line.split("fence ")[1].split(" > "))
     assert later > earlier

@@ -287,7 +287,18 @@ async def test_uptime_gate_is_the_replicas_own(etcd1: EtcdCluster) -> None:
 async def test_http_listings_of_a_replica_name_its_own_connections(etcd1: EtcdCluster) -> None:
     """/v1/sessions and /v1/holders on a replica answer from the group's state; a session's
     ``clients`` are the connections open on this replica (200, not a server error)."""
-    import httpx
+    import http.client
+    import json
+
+    def get(port: int, path: str) -> Any:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            connection.request("GET", path)
+            response = connection.getresponse()
+            assert response.status == 200
+            return json.loads(response.read())
+        finally:
+            connection.close()
 
     group = f"g{next(_groups)}"
     with trio.fail_after(30):
@@ -297,9 +308,10 @@ async def test_http_listings_of_a_replica_name_its_own_connections(etcd1: EtcdCl
                 assert (await s1.execute("ns", acquire("a", "here"))).ok
                 assert (await s2.execute("ns", acquire("b", "there"))).ok
                 await caught_up(r1, r2)
-                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{r1.port}") as http:
-                    sessions = (await http.get("/v1/sessions")).json()["sessions"]
-                    holders = (await http.get("/v1/holders?namespace=ns")).json()["holders"]
+                listing = await trio.to_thread.run_sync(get, r1.port, "/v1/sessions")
+                sessions = listing["sessions"]
+                listing = await trio.to_thread.run_sync(get, r1.port, "/v1/holders?namespace=ns")
+                holders = listing["holders"]
                 by_id = {x["session"]: x for x in sessions}
                 assert len(by_id["here"]["clients"]) == 1  # its connection is on r1
                 assert by_id["there"]["clients"] == []  # on r2: r2's to name

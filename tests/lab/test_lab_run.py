@@ -1,0 +1,133 @@
+"""The short lab run of the suite (issue 31's acceptance): 3 nodes of our replicated group,
+one isolated replica (with its co-located client host), one node killed and restarted, one
+replica's clock stepped, about a minute of every workload -- and the verdict must be valid,
+every fault logged with its start and end, every workload back after each heal, and nothing
+left of the lab afterwards. Skipped, with the reason, where the lab cannot run (not root, a
+missing tool)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lockbench.faults import read_history
+from lockbench.faults._lab import lab_refusal
+from lockbench.faults._netns import PREFIX, list_namespaces
+
+REASON = lab_refusal("lockserver")
+pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
+
+DURATION = 60
+
+
+@pytest.mark.one_build(
+    "a fault-lab run: its subject is the group under faults (netns, etcd, clocks)"
+)
+def test_a_short_lab_run_is_valid(tmp_path: Path) -> None:
+    before = {n for n in list_namespaces() if n.startswith(PREFIX)}
+    out = tmp_path / "lab"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lockbench",
+            "faults",
+            "run",
+            "--nodes",
+            "3",
+            "--duration",
+            str(DURATION),
+            "--nemesis",
+            "isolate,kill,clock-step",
+            "--fault-time",
+            "7,8",
+            "--quiet-time",
+            "5,6",
+            "--seed",
+            "31",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=DURATION + 240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    history = read_history(out / "history.jsonl")
+    assert history.meta is not None and history.meta.system == "lockserver"
+    kinds = sorted(f.kind for f in history.faults)
+    assert kinds == ["clock-step", "isolate", "kill"]
+    for f in history.faults:
+        assert f.end is not None and f.start < f.end < DURATION
+    workloads = {"register", "mutex", "rw", "semaphore"}
+    assert {o.workload for o in history.ops} == workloads
+    for f in history.faults:
+        assert f.end is not None
+        back = {o.workload for o in history.ops if o.outcome == "ok" and o.invoke > f.end}
+        assert back == workloads, f"after {f.kind} healed only {back} came back"
+    assert history.holds and history.writes
+    assert (out / "summary.txt").exists()
+    assert (out / "verdict.jsonl").exists()
+    assert {p.name for p in (out / "logs").iterdir()} >= {
+        "etcd-n1.log",
+        "replica-n1.log",
+        "worker-c1.log",
+    }
+    left = {n for n in list_namespaces() if n.startswith(PREFIX)} - before
+    assert not left
+
+
+@pytest.mark.one_build(
+    "a fault-lab run: its subject is the group under faults (netns, etcd, clocks)"
+)
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 29, not fixed in this build: group time is the maximum of the replicas' "
+    "wall-clock stamps, so a replica restarted an hour ahead leaps it by an hour and every "
+    "session expires at once, holders still inside their valid_until; the long sitting "
+    "found it in every +3600 s clock-skew window (benchmarks/results/faults/)",
+)
+def test_a_replica_an_hour_ahead_breaks_no_lock(tmp_path: Path) -> None:
+    """The regression scenario of the lab's clock finding: one replica restarted with its
+    wall clock +1 h, every workload running -- the verdict must be valid (no two holders at
+    once, no grant inside a holder's guarantee, registers linearizable)."""
+    out = tmp_path / "lab"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lockbench",
+            "faults",
+            "run",
+            "--nodes",
+            "3",
+            "--duration",
+            "40",
+            "--nemesis",
+            "clock-skew",
+            "--clock-offset",
+            "+3600",
+            "--warmup",
+            "8",
+            "--cooldown",
+            "10",
+            "--fault-time",
+            "15,15",
+            "--seed",
+            "29",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode != 2, done.stderr[-4000:]
+    history = read_history(out / "history.jsonl")
+    assert [(f.kind, f.detail.split()[-2]) for f in history.faults] == [("clock-skew", "+3600")]
+    assert done.returncode == 0, done.stdout[-4000:]
