@@ -5,17 +5,21 @@ Rules kept (docs/operations.md#lockctl-lock-for-cron-jobs):
 - The command starts only once the lock is granted; it gets ``LOCKSERVER_FENCE`` (the grant's
   fence), ``LOCKSERVER_LOCK`` (``namespace/name``) and ``LOCKSERVER_SESSION`` in its
   environment. Its exit status is lockctl's (killed by a signal: 128 + the signal).
+- The command runs in a process group of its own, which lockctl owns as a whole
+  (``_group.py``): every signal below goes to the group, and nothing of it outlives the lock.
 - Not granted within ``--timeout``: the command never runs; exit 75 (NOT_OBTAINED).
 - Lost while the command runs (the session was ended or expired, the entry's ``--ttl`` ran
-  out, or the server stopped confirming it until the guarantee ran out): the command gets
-  SIGTERM, then SIGKILL after ``--grace`` seconds, and lockctl exits 76 (LOST). A loss found
-  only when releasing, after the command ended, is reported the same way: the command may
-  have run without the lock for a while.
+  out, or the server stopped confirming it until the guarantee ran out): the group gets
+  SIGTERM, then SIGKILL after ``--grace`` seconds, and lockctl exits 76 (LOST) once it is
+  gone. A loss found only when releasing, after the command ended, is reported the same way:
+  the command may have run without the lock for a while.
+- The command ended with processes of its group still running (a background job): they get
+  SIGTERM (a warning says so), SIGKILL after ``--grace``, and only then is the lock released.
 - The lock is watched every 0.2 s (events from the server) and confirmed every max_age / 3
   (a refresh, which also moves the local guarantee forward).
-- SIGTERM and SIGHUP sent to lockctl are passed to the command (and lockctl waits for it);
-  SIGINT from a terminal reaches the command directly (same process group), so lockctl
-  ignores it and waits for the command.
+- SIGTERM, SIGHUP and SIGINT sent to lockctl are passed to the group; lockctl keeps the lock
+  while the group ends, SIGKILLs what is left after ``--grace``, then releases. Ctrl-C in a
+  terminal reaches the group directly (it has the terminal while it runs).
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import os
 import shlex
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +39,7 @@ from typing import Any
 from client import LockClient, LockClientError, LockLostError, Mutex
 
 from ._common import Exit, Failure, failure_of, positive
+from ._group import CommandGroup
 
 __all__ = ["add_lock_parser", "run_lock"]
 
@@ -125,23 +129,37 @@ def _run_holding(
         LOCKSERVER_LOCK=what,
         LOCKSERVER_SESSION=session_id,
     )
+    told = _Told(args.grace)
+    previous = told.install()  # before the command starts: no signal may miss its group
+    group: CommandGroup | None = None
     try:
-        child = subprocess.Popen(command, env=env)
-    except OSError as exc:
-        _release_quietly(lock)
-        status = int(Exit.ERROR)
-        if isinstance(exc, FileNotFoundError):
-            status = 127  # as a shell says "command not found"
-        elif isinstance(exc, PermissionError):
-            status = 126  # as a shell says "cannot execute"
-        raise Failure(status, f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
-    previous = _pass_signals_to(child)
-    try:
-        why = _watch(lock, child, args.max_age / 3)
+        try:
+            group = told.group = CommandGroup(command, env)
+        except OSError as exc:
+            _release_quietly(lock)
+            status = int(Exit.ERROR)
+            if isinstance(exc, FileNotFoundError):
+                status = 127  # as a shell says "command not found"
+            elif isinstance(exc, PermissionError):
+                status = 126  # as a shell says "cannot execute"
+            raise Failure(status, f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
+        if told.pending is not None:
+            told.forward(told.pending, None)
+        why = _watch(lock, group, args.max_age / 3, told, args.grace)
         if why is not None:
-            _terminate(child, args.grace)
+            group.stop(signal.SIGTERM, args.grace)
             _release_quietly(lock)
             raise Failure(Exit.LOST, f"lock {what} lost ({why}); the command was terminated")
+        if group.alive():  # the command ended; what it started must not outlive the lock
+            if told.kill_at is None:
+                print(
+                    "lockctl: warning: the command left processes running in its process "
+                    "group; terminating them before releasing the lock",
+                    file=sys.stderr,
+                )
+                group.stop(signal.SIGTERM, args.grace)
+            else:
+                group.settle(told.kill_at)
         try:
             lock.release()
         except LockLostError as exc:
@@ -155,20 +173,54 @@ def _run_holding(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    code = child.returncode
+        if group is not None:
+            group.close()
+    code = group.returncode
+    assert code is not None
     return 128 - code if code < 0 else code
 
 
-def _watch(lock: Mutex, child: subprocess.Popen[bytes], refresh_every: float) -> str | None:
-    """Wait for ``child`` while watching the lock; None when the child ended with the lock
-    held, else why the lock is lost (the child still runs)."""
+class _Told:
+    """Signals sent to lockctl while it runs the command: each is passed to the command's
+    whole group (``group``; one that came before the group existed is ``pending``), and the
+    first starts the grace, which ends at ``kill_at``."""
+
+    def __init__(self, grace: float) -> None:
+        self.grace = grace
+        self.group: CommandGroup | None = None
+        self.pending: int | None = None
+        self.kill_at: float | None = None
+
+    def install(self) -> dict[int, Any]:
+        """Handle SIGTERM, SIGHUP and SIGINT (Ctrl-C in a terminal reaches the group
+        directly: it has the terminal); the previous handlers, to restore."""
+        previous: dict[int, Any] = {}
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            previous[signum] = signal.signal(signum, self.forward)
+        return previous
+
+    def forward(self, signum: int, frame: FrameType | None) -> None:
+        if self.group is None:
+            self.pending = signum
+            return
+        self.group.signal(signum)
+        if self.kill_at is None:
+            self.kill_at = time.monotonic() + self.grace
+
+
+def _watch(
+    lock: Mutex, group: CommandGroup, refresh_every: float, told: _Told, grace: float
+) -> str | None:
+    """Wait for the command while watching the lock (and, once lockctl was told to stop,
+    SIGKILL the group when the grace is over); None when the command ended with the lock
+    held, else why the lock is lost (the command still runs)."""
     next_refresh = time.monotonic() + refresh_every
     while True:
-        try:
-            child.wait(timeout=WATCH_INTERVAL)
+        if told.kill_at is not None and time.monotonic() >= told.kill_at:
+            group.signal(signal.SIGKILL)
+        if group.wait(WATCH_INTERVAL):
             return None
-        except subprocess.TimeoutExpired:
-            pass
+        group.follow_stops()
         try:
             lock.check()  # reads the server's events first
             if time.monotonic() >= next_refresh:
@@ -185,33 +237,7 @@ def _watch(lock: Mutex, child: subprocess.Popen[bytes], refresh_every: float) ->
             return "its guarantee ran out: the server did not confirm it in time"
 
 
-def _terminate(child: subprocess.Popen[bytes], grace: float) -> None:
-    if child.poll() is not None:
-        return
-    child.terminate()
-    try:
-        child.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
-
-
 def _release_quietly(lock: Mutex) -> None:
     # Lost already, or unreachable: the session's end (or expiry) removes it.
     with contextlib.suppress(LockClientError):
         lock.release()
-
-
-def _pass_signals_to(child: subprocess.Popen[bytes]) -> dict[int, Any]:
-    """Pass SIGTERM and SIGHUP to ``child``; ignore SIGINT (a terminal sends it to the child
-    too). The previous handlers, to restore."""
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    previous: dict[int, Any] = {}
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        previous[signum] = signal.signal(signum, forward)
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return previous

@@ -91,7 +91,7 @@ from ._inspect import BusyTable, Visibility, busiest_tables
 from ._records import CoreStatistics, EngineLimits, SessionsListing, VisibleCounts, WaitLimits
 from ._sharded import ShardedDict
 from ._store import EngineError
-from ._waiting import WaitQueue
+from ._waiting import WaitQueue, lacks
 
 __all__ = [
     "MAX_SUBSCRIPTIONS",
@@ -138,16 +138,6 @@ Payload = (
 Output = tuple[Address[OwnerT], Payload]
 #: What a listing answers: a page (sessions: with the owners of each session), or a refusal.
 Listed = HoldersPage | SessionsListing | WaitersPage | EngineError
-
-
-def _lacks(obj: object, name: str) -> bool:
-    """Whether ``obj`` has no attribute ``name`` (an object a snapshot of an older version
-    made: its class's newer attributes were never set)."""
-    try:
-        getattr(obj, name)
-    except AttributeError:
-        return True
-    return False
 
 
 _NOT_ENDED: Final = SessionEnded(False)
@@ -504,10 +494,10 @@ class LockCore(Generic[OwnerT]):
         the replicas that never restored hold)."""
         self._max_subscriptions = max_subscriptions
         self._max_subscriptions_per_principal = max_subscriptions_per_principal
-        if _lacks(self, "_by_table"):
+        if lacks(self, "_by_table"):
             self._index_old_subscriptions()
         engine = self.engine
-        if _lacks(engine, "entries_by_namespace"):
+        if lacks(engine, "entries_by_namespace"):
             entries: dict[str, int] = {}
             tagged: dict[str, int] = {}
             for s in engine.sessions.values():
@@ -517,13 +507,7 @@ class LockCore(Generic[OwnerT]):
                     entries[ns] = entries.get(ns, 0) + len(group)
             engine.entries_by_namespace = entries
             engine.sessions_by_tag = tagged
-        waits = self.waits
-        if _lacks(waits, "by_namespace"):
-            parked: dict[str, int] = {}
-            for w in waits.in_order():
-                ns = w.tx.namespace
-                parked[ns] = parked.get(ns, 0) + 1
-            waits.by_namespace = parked
+        self.waits.restored()
 
     def _index_old_subscriptions(self) -> None:
         """The feed's indexes and counts from a snapshot of a version before them: its

@@ -72,10 +72,11 @@ from ._store import (
     BigTable,
     EngineError,
     Entry,
+    Namespaces,
     SessionRecord,
     Slot,
     Store,
-    Table,
+    Tables,
     as_entries,
     drop_var,
     entry_cost,
@@ -198,7 +199,7 @@ class Engine:
     # Views of the store, for readers of the engine (the engine itself uses ``store``).
 
     @property
-    def namespaces(self) -> dict[str, dict[str, Table]]:
+    def namespaces(self) -> Namespaces:
         """namespace -> table -> variables (the store's)."""
         return self.store.namespaces
 
@@ -684,7 +685,7 @@ class Engine:
         ns: str,
         table: str,
         var: str,
-        tables: dict[str, Table],
+        tables: Tables,
         slot: Slot,
         i: int,
     ) -> None:

@@ -62,7 +62,7 @@ from protocol import (
     value_size,
 )
 
-from ._sharded import StableKeys
+from ._sharded import ShardedDict, StableKeys, StableMap, sharded
 from ._store import (
     ENTRY_BASE,
     S_OWNER,
@@ -73,7 +73,8 @@ from ._store import (
     SessionRecord,
     Slot,
     Store,
-    Table,
+    TableMap,
+    Tables,
     Vars,
     add_var,
     as_entries,
@@ -149,7 +150,7 @@ class TxContext:
         self.session = session
         self.sid = session.session_id
         self.namespace = namespace
-        self.tables: dict[str, Table] | None = store.namespaces.get(namespace)
+        self.tables: Tables | None = store.namespaces.get(namespace)
         self.tx_id = tx_id
         self.now = now
         self.fence = fence
@@ -315,8 +316,10 @@ def _op_false(ctx: TxContext, node: Any) -> bool:
 
 
 def _op_exists(ctx: TxContext, node: Any) -> bool:
-    tables = ctx.tables  # hot path: ctx._slot inlined
-    t = None if tables is None else tables.get(node.table)
+    table = node.table
+    nt = ctx.tables  # hot path: ctx._slot inlined (the namespace's tables, their shard)
+    tables: TableMap | None = nt.shards[hash(table) & nt.mask] if type(nt) is ShardedDict else nt  # type: ignore[assignment]
+    t = None if tables is None else tables.get(table)
     vars_: Vars | None = t.shards[hash(node.var) & t.mask] if type(t) is BigTable else t  # type: ignore[assignment]
     slot = None if vars_ is None else vars_.get(node.var)
     if slot is None:
@@ -335,7 +338,8 @@ def _op_exists(ctx: TxContext, node: Any) -> bool:
 def _op_setvar(ctx: TxContext, node: Any) -> bool:
     table = node.table
     var = node.var
-    tables = ctx.tables  # hot path: ctx._slot inlined
+    nt = ctx.tables  # hot path: ctx._slot inlined (the namespace's tables, their shard)
+    tables: TableMap | None = nt.shards[hash(table) & nt.mask] if type(nt) is ShardedDict else nt  # type: ignore[assignment]
     t = None if tables is None else tables.get(table)
     # (no cast() on the hot path: it is a function call)
     vars_: Vars | None = t.shards[hash(var) & t.mask] if type(t) is BigTable else t  # type: ignore[assignment]
@@ -431,11 +435,17 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
             elif len(vars_) >= SHARD_AT:
                 assert tables is not None  # (it holds t)
                 tables[table] = BigTable(vars_)
-        else:
+        else:  # a new table (add_var inlined)
             if tables is None:
-                tables = ctx.tables = store.namespaces.setdefault(ctx.namespace, {})
-            if add_var(tables, table, var, entry):
-                store.table_count += 1
+                nt = tables = ctx.tables = _new_namespace(store, ctx.namespace)
+            made = Vars()
+            made[var] = entry
+            tables[table] = made
+            store.table_count += 1
+            if tables is not nt:
+                nt.n += 1  # type: ignore[union-attr]
+            elif len(tables) >= SHARD_AT:  # (_store.Tables says why)
+                ctx.tables = store.namespaces[ctx.namespace] = sharded(tables)
     elif type(slot) is tuple:
         if (table, var) not in snapshots:
             snapshots[table, var] = slot
@@ -449,6 +459,8 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
     group = keys.get((ctx.namespace, table))
     if group is None:
         group = keys[ctx.namespace, table] = {}
+        if type(keys) is dict and len(keys) >= SHARD_AT:
+            keys = session.keys = StableMap(keys)  # (_store.Held says why)
     group[var] = None
     if type(group) is dict and len(group) >= SHARD_AT:
         keys[ctx.namespace, table] = StableKeys(group)  # (_store.Group says why)
@@ -460,9 +472,10 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
 def _op_deletevar(ctx: TxContext, node: Any) -> bool:
     table = node.table
     var = node.var
-    tables = ctx.tables  # hot path: ctx._slot inlined
-    if tables is None:
+    nt = ctx.tables  # hot path: ctx._slot inlined
+    if nt is None:
         return False
+    tables: TableMap = nt.shards[hash(table) & nt.mask] if type(nt) is ShardedDict else nt  # type: ignore[assignment]
     t = tables.get(table)
     if t is None:
         return False
@@ -496,11 +509,15 @@ def _op_deletevar(ctx: TxContext, node: Any) -> bool:
         if t is vars_:
             if not vars_:
                 del tables[table]
+                if tables is not nt:
+                    nt.n -= 1  # type: ignore[union-attr]
                 ctx.store.table_count -= 1
         else:
             t.n -= 1  # type: ignore[union-attr]
             if not t.n:  # type: ignore[union-attr]
                 del tables[table]
+                if tables is not nt:
+                    nt.n -= 1  # type: ignore[union-attr]
                 ctx.store.table_count -= 1
     else:
         entries = cast("list[Entry]", slot)
@@ -580,6 +597,17 @@ _OPERATOR: dict[type, Callable[[TxContext, Any], bool]] = {
     Waiting: _op_waiting,
     ArrivedBelow: _op_arrivedbelow,
 }
+
+
+def _new_namespace(store: Store, namespace: str) -> TableMap:
+    """The (empty) tables of a namespace made now; the namespaces move into a ShardedDict
+    once there are SHARD_AT of them (``_store.Namespaces``)."""
+    namespaces = store.namespaces
+    tables: TableMap = {}
+    namespaces[namespace] = tables
+    if type(namespaces) is dict and len(namespaces) >= SHARD_AT:
+        store.namespaces = sharded(namespaces)
+    return tables
 
 
 # --- statements -------------------------------------------------------------------------------

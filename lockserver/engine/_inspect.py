@@ -14,15 +14,20 @@ Rules kept (PROTOCOL.md "Inspection"):
   item to look at (nil: nothing is left). So a page costs O(page + PAGE_SCAN), never O(all).
 - **Cursors resume by key**: a cursor names the next item (namespace, table, var, session for
   holders; session id for sessions; arrival number for waiters) and its position. Resuming
-  looks the key up at that position first, then by key in its container (a list of the
-  container's keys, made in C: O(container), ~0.3 ms for 65,536 variables; a big table's
-  container is one of its 256 shards). An item present for the whole paging and not changed
-  is listed exactly once; an item added meanwhile may or may not be listed; when the item a
-  cursor names is itself removed, paging resumes right after the item before it (the cursor
-  names that one too), and only when both are gone at the old position, which may then skip
-  or repeat a few items of that container. Storage order is insertion order within a container
-  and hash order across a big table's shards and the sessions (so two server processes may
-  list the same state in different orders; a cursor is only valid on the run that made it).
+  copies the keys of the one container the position names at each level (a list made in C)
+  and looks the key up at its index there, then by key. A container of SHARD_AT+ keys is
+  sharded (the namespaces, a namespace's tables, a table's variables, the sessions: 256
+  shards each), and then the container is the one shard the position names: a page costs
+  O(page + PAGE_SCAN + keys / 256), however many tables or namespaces there are (copying a
+  namespace's 300,000 table names cost 13-15 ms a page, issue 30). Waiters resume from the
+  cursor's arrival number by bisection (``WaitQueue.since``). An item present for the
+  whole paging and not changed is listed exactly once; an item added meanwhile may or may
+  not be listed; when the item a cursor names is itself removed, paging resumes right after
+  the item before it (the cursor names that one too), and only when both are gone at the
+  old position, which may then skip or repeat a few items of that container. Storage order
+  is insertion order within a container and hash order across a sharded one's shards (so
+  two server processes may list the same state in different orders; a cursor is only valid
+  on the run that made it).
 - A cursor is refused (INVALID_MESSAGE, naming why) when it is not one of ours, is for
   another listing, was made with other filters, or by another run of the server.
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import heapq
 import itertools
 import json
@@ -62,7 +68,7 @@ from protocol import (
 )
 
 from ._eval import same_value
-from ._sharded import StableKeys, stable_hash
+from ._sharded import ShardedDict, StableKeys, StableMap
 from ._store import (
     S_FENCE,
     S_OWNER,
@@ -70,13 +76,11 @@ from ._store import (
     BigTable,
     EngineError,
     Entry,
-    Group,
     SessionRecord,
     Store,
     Table,
     as_entries,
     entry_desc,
-    entry_fields,
     entry_value,
     find_slot,
     text_len,
@@ -261,7 +265,9 @@ def _decode_cursor(kind: str, run: int, q: ListQuery, shape: tuple[type, ...]) -
     assert q.cursor is not None
     try:
         raw = json.loads(base64.urlsafe_b64decode(q.cursor.encode("ascii", "strict")))
-    except (ValueError, UnicodeError, binascii.Error):
+    except (ValueError, UnicodeError, binascii.Error, RecursionError):
+        # (RecursionError: JSON nested deeper than the interpreter's recursion limit, which
+        # a cursor of ours never is: a peer's forgery, as any other shape here)
         raw = None
     if type(raw) is not list or len(raw) < 3 or raw[0] not in _KINDS:
         raise _bad_cursor(kind, "it is not a cursor of this server")
@@ -306,57 +312,83 @@ def _match(text: str | None, needle: str | None) -> bool:
     return needle is None or (text is not None and needle in text)
 
 
-# --- holders ----------------------------------------------------------------------------------
+# --- holders ---------------------------------------------------------------------------------
 
-# ns index, ns, table index, table, shard, var index, var, entry index, session, the var
-# before (resume after it when the var is gone; "" at a shard's start)
-_HOLDERS_SHAPE: Final = (int, str, int, str, int, int, str, int, str, str)
+# Where a walk is in a container of keys (the namespaces, a namespace's tables, a table's
+# variables): the shard (0 for a plain dict), the index in it, the key there. A sharded
+# container (ShardedDict, BigTable) is resumed in its one shard: O(keys / SHARDS).
+# (ns: shard, index, name; table: shard, index, name; var: shard, index, name; the entry's
+# index and session; the var before (resume after it when the var is gone; "" at a shard's
+# start). An empty name is a shard's start: names are never empty.)
+_HOLDERS_SHAPE: Final = (int, int, str, int, int, str, int, int, str, int, str, str)
+
+
+def _shards(container: Any) -> list[Any]:
+    """The dicts a container keeps its keys in, in walking order."""
+    t = type(container)
+    if t is ShardedDict or t is BigTable or t is StableKeys or t is StableMap:
+        return container.shards  # type: ignore[no-any-return]
+    return [container]
+
+
+def _walk_keys(
+    container: Any, shard: int, index: int, key: Any
+) -> Iterator[tuple[int, int, Any, Any]]:
+    """(shard, index, key, the shard's dict) of every key of ``container`` from the position
+    (``shard``, ``index``, ``key``) on (``key`` None: from that shard's start): ``_start``'s
+    rule in that shard, then every later shard from its start. One shard's keys are copied
+    at a time."""
+    shards = _shards(container)
+    for sh_i in range(min(shard, len(shards)), len(shards)):
+        d = shards[sh_i]
+        keys = list(d)
+        i_from = 0
+        if sh_i == shard and key is not None:
+            i_from = _start(keys, key, index)
+        for i in range(i_from, len(keys)):
+            yield sh_i, i, keys[i], d
 
 
 def _walk_holders(
     store: Store, q: ListQuery, at: list[Any] | None
-) -> Iterator[tuple[int, str, int, str, int, Any, list[str], int, int]]:
-    """Every container of variables from position ``at`` on (None: the start): (ns index, ns,
-    table index, table, shard, the shard (a dict var -> slot), its vars, the var index to
-    start at, the entry index to start at in that first var); a table a prefix filter passes
-    over comes with no shard (None: it costs a look). ``at`` steers only the first descent:
-    once the walk leaves a container it names, every later one is walked from its start.
-    (Per container, not per entry: a generator's yield per entry cost ~0.7 us.)"""
-    namespaces = store.namespaces
-    if q.namespace is None:
-        ns_keys = list(namespaces)
-    else:
-        ns_keys = [q.namespace] if q.namespace in namespaces else []
-    ns_from = 0 if at is None else _start(ns_keys, at[1], at[0])
+) -> Iterator[tuple[tuple[Any, ...], Any, list[str], int, int]]:
+    """Every container of variables from position ``at`` on (None: the start): (where: the
+    position's first fields (ns shard, index, ns, table shard, index, table, var shard), the
+    var shard (a dict var -> slot), its vars, the var index to start at, the entry index to
+    start at in that first var); a table a prefix filter passes over comes with no var shard
+    (None: it costs a look). ``at`` steers only the first descent: once the walk leaves a
+    container it names, every later one is walked from its start. (Per container, not per
+    entry: a generator's yield per entry cost ~0.7 us.)"""
+    namespaces: Any = store.namespaces
+    if q.namespace is not None:
+        tables = namespaces.get(q.namespace)
+        namespaces = {} if tables is None else {q.namespace: tables}
     table_prefix = q.table
-    for ns_i in range(ns_from, len(ns_keys)):
-        ns = ns_keys[ns_i]
-        if at is not None and at[1] != ns:
+    ns_at = (0, 0, None) if at is None else (at[0], at[1], at[2] or None)
+    for ns_sh, ns_i, ns, ns_dict in _walk_keys(namespaces, *ns_at):
+        if at is not None and at[2] != ns:
             at = None
-        tables = namespaces[ns]
-        t_keys = list(tables)
-        t_from = 0 if at is None else _start(t_keys, at[3], at[2])
-        for t_i in range(t_from, len(t_keys)):
-            table = t_keys[t_i]
-            if at is not None and at[3] != table:
+        t_at = (0, 0, None) if at is None else (at[3], at[4], at[5] or None)
+        for t_sh, t_i, table, t_dict in _walk_keys(ns_dict[ns], *t_at):
+            if at is not None and at[5] != table:
                 at = None
             if table_prefix is not None and not table.startswith(table_prefix):
-                yield ns_i, ns, t_i, table, 0, None, [], 0, 0
+                yield (ns_sh, ns_i, ns, t_sh, t_i, table, 0), None, [], 0, 0
                 continue
-            t: Table = tables[table]
+            t: Table = t_dict[table]
             shards: list[Any] = t.shards if type(t) is BigTable else [t]
-            sh_from = 0 if at is None else min(at[4], len(shards))
+            sh_from = 0 if at is None else min(at[6], len(shards))
             for sh_i in range(sh_from, len(shards)):
                 shard = shards[sh_i]
                 v_keys = list(shard)
                 v_from = e_from = 0
-                if at is not None and at[4] == sh_i:
-                    v_from = _start(v_keys, at[6], at[5], at[9] or None)
-                    if v_from < len(v_keys) and v_keys[v_from] == at[6]:
-                        owners = [e[S_OWNER] for e in as_entries(shard[at[6]])]
-                        e_from = _start(owners, at[8], at[7])
+                if at is not None and at[6] == sh_i:
+                    v_from = _start(v_keys, at[8], at[7], at[11] or None)
+                    if v_from < len(v_keys) and v_keys[v_from] == at[8]:
+                        owners = [e[S_OWNER] for e in as_entries(shard[at[8]])]
+                        e_from = _start(owners, at[10], at[9])
                 at = None
-                yield ns_i, ns, t_i, table, sh_i, shard, v_keys, v_from, e_from
+                yield (ns_sh, ns_i, ns, t_sh, t_i, table, sh_i), shard, v_keys, v_from, e_from
 
 
 def list_holders(
@@ -379,11 +411,13 @@ def list_holders(
     records: list[HolderInfo] = []
     size = scanned = 0
     walk = _walk_holders(store, q, at)
-    for ns_i, ns, t_i, table, sh_i, shard, v_keys, v_from, first_entry in walk:
+    for where, shard, v_keys, v_from, first_entry in walk:
         e_from = first_entry
+        ns = where[2]
+        table = where[5]
         if shard is None or (visible is not None and not visible.allows(ns)):
             if scanned >= PAGE_SCAN:
-                pos = [ns_i, ns, t_i, table, sh_i, 0, "", 0, "", ""]
+                pos = [*where, 0, "", 0, "", ""]
                 return HoldersPage(records, _encode_cursor("holders", run, q, pos))
             scanned += 1
             continue
@@ -392,7 +426,7 @@ def list_holders(
             if var_prefix is not None and not var.startswith(var_prefix):
                 if scanned >= PAGE_SCAN:
                     prev = v_keys[v_i - 1] if v_i else ""
-                    pos = [ns_i, ns, t_i, table, sh_i, v_i, var, 0, "", prev]
+                    pos = [*where, v_i, var, 0, "", prev]
                     return HoldersPage(records, _encode_cursor("holders", run, q, pos))
                 scanned += 1
                 continue
@@ -404,21 +438,24 @@ def list_holders(
                 sid = e[S_OWNER]
                 if scanned >= PAGE_SCAN:
                     prev = v_keys[v_i - 1] if v_i else ""
-                    pos = [ns_i, ns, t_i, table, sh_i, v_i, var, e_i, sid, prev]
+                    pos = [*where, v_i, var, e_i, sid, prev]
                     return HoldersPage(records, _encode_cursor("holders", run, q, pos))
                 scanned += 1
                 if only is not None and sid != only:
                     continue
                 owner = shards[hash(sid) & mask].get(sid)
                 sdesc = "" if owner is None else owner.description
-                _, value, desc, _, set_at, expires, fence = entry_fields(e)
+                n = len(e)  # entry_fields inlined (a call per record)
+                value = e[3] if n > 3 else None
+                desc = e[6] if n > 6 else None
+                expires = e[5] if n > 5 else None
                 if match is not None and match not in sdesc and (desc is None or match not in desc):
                     continue
                 cost = _HOLDER_BYTES + names + 2 * len(sid) + len(sdesc)
                 cost += value_size(value) + (0 if desc is None else len(desc))
                 if len(records) == limit or (records and size + cost > PAGE_BYTES):
                     prev = v_keys[v_i - 1] if v_i else ""
-                    pos = [ns_i, ns, t_i, table, sh_i, v_i, var, e_i, sid, prev]
+                    pos = [*where, v_i, var, e_i, sid, prev]
                     return HoldersPage(records, _encode_cursor("holders", run, q, pos))
                 size += cost
                 records.append(
@@ -430,25 +467,27 @@ def list_holders(
                         sdesc,
                         value,
                         desc,
-                        set_at + offset,
+                        e[S_SET_AT] + offset,
                         None if expires is None else expires + offset,
-                        fence,
+                        e[S_FENCE],
                     )
                 )
             e_from = 0
     return HoldersPage(records, None)
 
 
-# group index, namespace, table, var index, var: a position in one session's index
-_SESSION_HOLDERS_SHAPE: Final = (int, str, str, int, str)
+# A position in one session's index: group shard, index, namespace, table; var shard, index,
+# var (namespace or var "": that shard's start).
+_SESSION_HOLDERS_SHAPE: Final = (int, int, str, str, int, int, str)
 
 
 def _session_holders(
     engine: Engine, q: ListQuery, visible: Visibility | None, run: int
 ) -> HoldersPage:
     """The holders page of one session (``q.session``): its index of held entries, (ns,
-    table) group by group in the order it took them, walked from the cursor: O(page), however
-    much the others hold. The order differs from the full listing's (by session, not by
+    table) group by group in its order, walked from the cursor (in one shard of its groups
+    and of the group: ``StableMap``, ``StableKeys``): O(page), however much the others or
+    the session itself hold. The order differs from the full listing's (by session, not by
     table); a cursor of one is refused by the other (other filters)."""
     assert q.session is not None
     s: SessionRecord | None = engine.sessions.get(q.session)
@@ -459,13 +498,14 @@ def _session_holders(
         at = _decode_cursor("holders", run, q, _SESSION_HOLDERS_SHAPE)
     store = engine.store
     namespaces = store.namespaces
-    groups = list(s.keys)
-    g_from = 0 if at is None else _start(groups, (at[1], at[2]), at[0])
     records: list[HolderInfo] = []
     size = scanned = 0
-    for g_i in range(g_from, len(groups)):
-        ns, table = groups[g_i]
-        resume = at if at is not None and (at[1], at[2]) == (ns, table) else None
+    g_at = (0, 0, None) if at is None else (at[0], at[1], (at[2], at[3]) if at[2] else None)
+    for g_sh, g_i, key, groups in _walk_keys(s.keys, *g_at):
+        ns, table = key
+        v_at = (0, 0, None)
+        if at is not None and (at[2], at[3]) == key:
+            v_at = (at[4], at[5], at[6] or None)
         at = None
         if (
             (q.namespace is not None and ns != q.namespace)
@@ -473,21 +513,19 @@ def _session_holders(
             or (visible is not None and not visible.allows(ns))
         ):
             if scanned >= PAGE_SCAN:
-                return HoldersPage(
-                    records, _encode_cursor("holders", run, q, [g_i, ns, table, 0, ""])
-                )
+                pos = [g_sh, g_i, ns, table, 0, 0, ""]
+                return HoldersPage(records, _encode_cursor("holders", run, q, pos))
             scanned += 1
             continue
-        group = s.keys[ns, table]
-        walk = _group_from(group, resume[4], resume[3]) if resume else enumerate(group)
-        for v_i, var in walk:
-            pos = [g_i, ns, table, v_i, var]
+        tables = namespaces.get(ns)
+        for v_sh, v_i, var, _ in _walk_keys(groups[key], *v_at):
+            pos = [g_sh, g_i, ns, table, v_sh, v_i, var]
             if scanned >= PAGE_SCAN:
                 return HoldersPage(records, _encode_cursor("holders", run, q, pos))
             scanned += 1
             if q.var is not None and not var.startswith(q.var):
                 continue
-            slot = find_slot(namespaces.get(ns), table, var)
+            slot = find_slot(tables, table, var)
             e = next(e for e in as_entries(slot) if e[S_OWNER] == s.session_id)  # type: ignore[arg-type]
             if not (_match(s.description, q.match) or _match(entry_desc(e), q.match)):
                 continue
@@ -499,70 +537,71 @@ def _session_holders(
     return HoldersPage(records, None)
 
 
-def _group_from(group: Group, var: str, hint: int) -> Iterator[tuple[int, str]]:
-    """(index, var) of a session's group from where a cursor left it (``var``, last seen at
-    index ``hint``; ``_start``'s rule). A ``StableKeys`` is walked shard by shard from the
-    shard that holds the place, so a page costs O(its shard), not O(the group)."""
-    if type(group) is not StableKeys:
-        group_vars = list(group)
-        v_from = _start(group_vars, var, hint)
-        yield from enumerate(group_vars[v_from:], v_from)
-        return
-    shards = group.shards
-    home = stable_hash(var) & group.mask
-    if var in shards[home]:
-        first = home
-        v_i = sum(map(len, shards[:home]))
-        skip = list(shards[home]).index(var)
-    else:  # gone since: at the old index
-        first, v_i, skip = 0, 0, min(hint, len(group))
-        while first < len(shards) and skip >= len(shards[first]):
-            skip -= len(shards[first])
-            v_i += len(shards[first])
-            first += 1
-    v_i += skip
-    for k in range(first, len(shards)):
-        shard_vars = list(shards[k])[skip:] if k == first else list(shards[k])
-        for shard_var in shard_vars:
-            yield v_i, shard_var
-            v_i += 1
-
-
 # --- sessions ---------------------------------------------------------------------------------
 
-# shard, index, session id, the session id before (resume after it when the id is gone)
-_SESSIONS_SHAPE: Final = (int, int, str, str)
+# shard, index, session id, the session id before (resume after it when the id is gone);
+# then where the page's looks ran out inside that session's groups ("" namespace: not inside):
+# group shard, index, namespace, table, var shard, index, var, and what was found in it
+# before (placed, seen: 0 or 1).
+_SESSIONS_SHAPE: Final = (int, int, str, str, int, int, str, str, int, int, str, int, int)
+_NOT_INSIDE: Final = (0, 0, "", "", 0, 0, "", 0, 0)
 
 
-def _session_matches(
-    s: SessionRecord, q: ListQuery, visible: Visibility | None
-) -> tuple[bool, int]:
-    """Whether ``s`` passes the filters and the principal's view, and how many of its table
-    groups were looked at (the cost)."""
+def _session_scan(
+    s: SessionRecord,
+    q: ListQuery,
+    visible: Visibility | None,
+    budget: int,
+    inside: list[Any] | None,
+) -> tuple[bool | None, int, list[Any]]:
+    """Whether ``s`` passes the filters and the principal's view, how many looks that took
+    (one, and one per group and per variable looked at), and, when ``budget`` looks ran out
+    first (then None: undecided), where in its groups to go on (``_SESSIONS_SHAPE``'s
+    inside part). ``inside``: where an earlier page stopped in ``s`` (None: its start)."""
     if q.session is not None and s.session_id != q.session:
-        return False, 1
+        return False, 1, []
     if not _match(s.description, q.match):
-        return False, 1
+        return False, 1, []
     looked = 1
-    placed = q.namespace is None and q.table is None and q.var is None
-    seen = visible is None or s.tag == visible.name
-    for (ns, table), group in s.keys.items():
-        if placed and seen:
-            break
+    if inside is None:
+        placed = q.namespace is None and q.table is None and q.var is None
+        seen = visible is None or s.tag == visible.name
+        g_at: tuple[int, int, Any] = (0, 0, None)
+    else:
+        placed, seen = bool(inside[7]), bool(inside[8])
+        g_at = (inside[0], inside[1], (inside[2], inside[3]))
+    if placed and seen:
+        return True, looked, []
+    var_prefix = q.var
+    for g_sh, g_i, key, groups in _walk_keys(s.keys, *g_at):
+        ns, table = key
+        v_at: tuple[int, int, Any] = (0, 0, None)
+        if inside is not None and (inside[2], inside[3]) == key:
+            v_at = (inside[4], inside[5], inside[6] or None)
+        inside = None
+        if looked >= budget:
+            stop = [g_sh, g_i, ns, table, v_at[0], v_at[1], v_at[2] or ""]
+            return None, looked, [*stop, int(placed), int(seen)]
         looked += 1
         if not seen and visible is not None and visible.allows(ns):
             seen = True
-        if placed:
-            continue
-        if (q.namespace is None or ns == q.namespace) and (
-            q.table is None or table.startswith(q.table)
+        if not placed and (
+            (q.namespace is None or ns == q.namespace)
+            and (q.table is None or table.startswith(q.table))
         ):
-            if q.var is None:
+            if var_prefix is None:
                 placed = True
             else:
-                looked += len(group)
-                placed = any(var.startswith(q.var) for var in group)
-    return placed and seen, looked
+                for v_sh, v_i, var, _ in _walk_keys(groups[key], *v_at):
+                    if looked >= budget:
+                        return None, looked, [g_sh, g_i, ns, table, v_sh, v_i, var, 0, int(seen)]
+                    looked += 1
+                    if var.startswith(var_prefix):
+                        placed = True
+                        break
+        if placed and seen:
+            return True, looked, []
+    return False, looked, []
 
 
 def _walk_sessions(
@@ -595,15 +634,19 @@ def list_sessions(
     else:
         shards = engine.sessions.shards
     for pos, s in _walk_sessions(shards, at):
+        inside = at[4:] if at is not None and at[6] and at[2] == pos[2] else None
+        at = None
         if scanned >= PAGE_SCAN:
-            return SessionsPage(records, _encode_cursor("sessions", run, q, pos))
-        ok, looked = _session_matches(s, q, visible)
+            return SessionsPage(records, _encode_cursor("sessions", run, q, [*pos, *_NOT_INSIDE]))
+        ok, looked, stop = _session_scan(s, q, visible, PAGE_SCAN - scanned, inside)
         scanned += looked
+        if ok is None:
+            return SessionsPage(records, _encode_cursor("sessions", run, q, [*pos, *stop]))
         if not ok:
             continue
         cost = _SESSION_BYTES + 2 * len(s.session_id) + len(s.description)
         if len(records) == limit or (records and size + cost > PAGE_BYTES):
-            return SessionsPage(records, _encode_cursor("sessions", run, q, pos))
+            return SessionsPage(records, _encode_cursor("sessions", run, q, [*pos, *_NOT_INSIDE]))
         size += cost
         records.append(
             SessionInfo(
@@ -648,20 +691,28 @@ def _waiter_matches(w: Any, q: ListQuery, visible: Visibility | None) -> bool:
 def list_waiters(
     engine: Engine, waits: WaitQueue, q: ListQuery, visible: Visibility | None, run: int
 ) -> WaitersPage:
-    """A page of parked transactions matching ``q``, oldest first."""
+    """A page of parked transactions matching ``q``, oldest first: found from the cursor's
+    arrival number in O(log waiters); each variable's queue (for the positions) is read once
+    per page."""
     offset = engine.store.wall_offset
     at = None if q.cursor is None else _decode_cursor("waiters", run, q, _WAITERS_SHAPE)
-    parked = waits.in_order()
-    first = 0 if at is None else _first_at_or_after(parked, at[0])
+    queues: dict[tuple[str, str, str], list[int]] = {}  # key -> its waiters' arrival numbers
+
+    def position(w: Any, key: tuple[str, str, str]) -> int:
+        seqs = queues.get(key)
+        if seqs is None:
+            seqs = queues[key] = waits.arrivals(key)
+        return bisect.bisect_left(seqs, w.seq)
+
     limit = q.page_size
     records: list[WaiterInfo] = []
     size = 0
-    for scanned, w in enumerate(parked[first:]):
+    for scanned, w in enumerate(waits.since(0 if at is None else at[0])):
         if scanned >= PAGE_SCAN:
             return WaitersPage(records, _encode_cursor("waiters", run, q, [w.seq]))
         if not _waiter_matches(w, q, visible):
             continue
-        variables = tuple((t, v, waits.position(w, (ns, t, v))) for ns, t, v in sorted(w.keys))
+        variables = tuple((t, v, position(w, (ns, t, v))) for ns, t, v in sorted(w.keys))
         cost = _WAITER_BYTES + len(w.session.session_id) + len(w.tx.description)
         cost += sum(24 + len(t) + len(v) for t, v, _ in variables)
         if len(records) == limit or (records and size + cost > PAGE_BYTES):
@@ -678,19 +729,6 @@ def list_waiters(
             )
         )
     return WaitersPage(records, None)
-
-
-def _first_at_or_after(parked: list[Any], seq: int) -> int:
-    """Index of the first waiter whose arrival number is ``seq`` or later (binary search:
-    the queue keeps arrival order)."""
-    lo, hi = 0, len(parked)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if parked[mid].seq < seq:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 #: Most tables :func:`busiest_tables` looks at per call. Each costs one ``len`` (a table keeps

@@ -7,23 +7,35 @@ table, 42-165 ms for a million sessions, on the benchmark machine (benchmarks/st
 Split over SHARDS dicts by the key's hash, a rebuild moves 1/SHARDS of the keys. The price is
 a method call per operation (~0.05-0.1 µs); the evaluator's hot paths skip it by going to
 ``shards[hash(key) & mask]`` themselves (and then keep ``n`` right). Big tables
-(``_eval.BigTable``) and the sessions use it.
+(``_store.BigTable``), big namespaces and many namespaces (``_store.Tables``,
+``_store.Namespaces``) and the sessions use it. A listing resumes in one shard
+(``_inspect.py``): a page costs O(shard), never a copy of every key.
 
 ``StableKeys`` is the same idea for a set of keys that must iterate alike in every process
 (a session's held variables in one table: the order they are released in when it ends shows
 in its lock-lost notice and the change feed, and every replica of a group must produce the
 same): its keys are placed by a hash that does not depend on the process's hash seed.
+``StableMap`` is that for a map keyed by (namespace, table) pairs (a session's groups, when
+it holds in SHARD_AT tables or more).
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from mypy_extensions import mypyc_attr
 
-__all__ = ["SHARDS", "ShardedDict", "StableKeys", "stable_hash"]
+__all__ = [
+    "SHARDS",
+    "ShardedDict",
+    "StableKeys",
+    "StableMap",
+    "pair_hash",
+    "sharded",
+    "stable_hash",
+]
 
 V = TypeVar("V")
 # Shards per ShardedDict, a power of two. A module global on purpose: tests shrink it to put
@@ -95,6 +107,16 @@ class ShardedDict(MutableMapping[str, V]):
         self.n = len(items)
 
 
+def sharded(items: dict[str, V]) -> ShardedDict[V]:
+    """A ShardedDict (of plain dict shards) holding ``items`` (one synchronous copy)."""
+    out: ShardedDict[V] = ShardedDict()
+    shards, mask = out.shards, out.mask
+    for key, value in items.items():
+        shards[hash(key) & mask][key] = value
+    out.n = len(items)
+    return out
+
+
 def stable_hash(key: str) -> int:
     """A hash of ``key`` that is the same in every process, whatever its hash seed (the CRC-32
     of its UTF-8 form; ~0.1 µs for a short key, four times ``hash``)."""
@@ -142,3 +164,76 @@ class StableKeys:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({list(self)!r})"
+
+
+def pair_hash(key: tuple[str, str]) -> int:
+    """A hash of a (namespace, table) pair that is the same in every process: the CRC-32 of
+    the table's UTF-8 form, continuing that of the namespace's."""
+    ns, table = key
+    crc = zlib.crc32(ns.encode("utf-8", "surrogatepass"))
+    return zlib.crc32(table.encode("utf-8", "surrogatepass"), crc)
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+class StableMap(Generic[V]):
+    """A map of (namespace, table) pairs, used like a dict (``get``, ``m[k]``, ``m[k] = v``,
+    ``del m[k]``, ``k in m``, ``len``, iteration, ``items``, ``values``, ``clear``), over
+    SHARDS dicts: ``shards[pair_hash(k) & mask]`` holds ``k``. Iteration goes shard by
+    shard, in insertion order within one: the same in every process (``StableKeys``'s
+    rule). Its state is its attributes: a snapshot carries the order as it is."""
+
+    __slots__ = ("mask", "n", "shards")
+
+    def __init__(self, items: dict[tuple[str, str], V] | None = None) -> None:
+        self.shards: list[dict[tuple[str, str], V]] = [{} for _ in range(SHARDS)]
+        self.mask = mask = SHARDS - 1
+        self.n = 0
+        if items:
+            shards = self.shards
+            for key, value in items.items():
+                shards[pair_hash(key) & mask][key] = value
+            self.n = len(items)
+
+    def get(self, key: tuple[str, str], default: V | None = None) -> V | None:
+        return self.shards[pair_hash(key) & self.mask].get(key, default)
+
+    def __getitem__(self, key: tuple[str, str]) -> V:
+        return self.shards[pair_hash(key) & self.mask][key]
+
+    def __setitem__(self, key: tuple[str, str], value: V) -> None:
+        shard = self.shards[pair_hash(key) & self.mask]
+        if key not in shard:
+            self.n += 1
+        shard[key] = value
+
+    def __delitem__(self, key: tuple[str, str]) -> None:
+        del self.shards[pair_hash(key) & self.mask][key]
+        self.n -= 1
+
+    def __contains__(self, key: object) -> bool:
+        if type(key) is not tuple or len(key) != 2:
+            return False
+        return key in self.shards[pair_hash(key) & self.mask]
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        for shard in self.shards:
+            yield from shard
+
+    def items(self) -> Iterator[tuple[tuple[str, str], V]]:
+        for shard in self.shards:
+            yield from shard.items()
+
+    def values(self) -> Iterator[V]:
+        for shard in self.shards:
+            yield from shard.values()
+
+    def clear(self) -> None:
+        for shard in self.shards:
+            shard.clear()
+        self.n = 0
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict(self.items())!r})"

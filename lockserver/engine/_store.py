@@ -9,8 +9,11 @@ clock origin), so the evaluator gets a store and never the engine.
 Layout: namespace -> table -> variable -> *slot*: the one ``Entry`` tuple when one entry holds
 the variable, a list of 2+ entries in order otherwise. ``SessionRecord`` indexes what a session
 holds as (namespace, table) -> {var: None} plus a count, so ending it costs O(its entries);
-a table of SHARD_AT+ variables is a ``BigTable`` and a session's group of SHARD_AT+ variables
-a ``StableKeys`` (``Group``), so that no single insert rebuilds a dict of all of them.
+a table of SHARD_AT+ variables is a ``BigTable``, a namespace of SHARD_AT+ tables a
+``ShardedDict`` of them (``Tables``), the namespaces themselves one past SHARD_AT namespaces
+(``Namespaces``), and a session's group of SHARD_AT+ variables a ``StableKeys`` (``Group``):
+so that no single insert rebuilds a dict of all of them, and a listing resumes in one shard
+of each (``_inspect.py``), never in a copy of all of them.
 
 Memory notes (measured by ``benchmarks.engine_micro --prefill``): a table maps each variable to
 its *slot*: the Entry tuple itself when one entry holds it (a lock: by far the common case),
@@ -42,7 +45,7 @@ from mypy_extensions import mypyc_attr
 
 from protocol import ErrorCode, SessionSpec, value_size
 
-from ._sharded import ShardedDict, StableKeys
+from ._sharded import ShardedDict, StableKeys, StableMap
 
 if TYPE_CHECKING:
     from protocol import Transaction, TransactionResult
@@ -58,10 +61,14 @@ __all__ = [
     "EngineError",
     "Entry",
     "Group",
+    "Held",
+    "Namespaces",
     "SessionRecord",
     "Slot",
     "Store",
     "Table",
+    "TableMap",
+    "Tables",
     "Vars",
     "add_var",
     "as_entries",
@@ -75,6 +82,7 @@ __all__ = [
     "find_slot",
     "make_entry",
     "shard_of",
+    "tables_shard",
     "store_full",
     "text_len",
 ]
@@ -238,6 +246,19 @@ class BigTable(ShardedDict[Slot]):
 
 Table = Vars | BigTable
 
+# A namespace's tables: a dict, moved into a ShardedDict once it holds SHARD_AT tables (the
+# evaluator's SetVar does it; it stays one until the namespace is empty and dropped), and the
+# namespaces the same way once there are SHARD_AT of them. Why: the rebuild a BigTable avoids
+# (a namespace of a million one-variable tables is a dict of a million), and the listings:
+# a page resumes in one shard (O(tables / 256)), where it copied the namespace's table names
+# (13-15 ms a page with 300,000 tables, issue 30). The hot paths reach a shard themselves
+# (``shards[hash(table) & mask]``, then ``n`` kept right); other code goes through the
+# mapping's methods, which a ShardedDict has too. Its order depends on the process's hash
+# seed: only the listings walk it (a session's release order comes from its own keys).
+TableMap = dict[str, Table]  # a namespace's tables as a dict, or one shard of them
+Tables = TableMap | ShardedDict[Table]
+Namespaces = dict[str, Tables] | ShardedDict[Tables]
+
 # A session's held vars in one table (``SessionRecord.keys``): a dict used as an ordered set,
 # moved into a StableKeys once it holds SHARD_AT vars (the evaluator's SetVar does it; it
 # stays one until the group is empty and dropped). Why: the same rebuild as a table's (a
@@ -247,6 +268,14 @@ Table = Vars | BigTable
 # lock-lost notice and the change feed, alike on every replica.
 Group = dict[str, None] | StableKeys
 
+# A session's groups (``SessionRecord.keys``): (namespace, table) -> Group, a dict moved into a
+# StableMap once the session holds in SHARD_AT tables (the evaluator's SetVar does it; it
+# stays one until the session ends). Why: a listing by session resumes in one shard of them
+# (a session of 100,000 one-variable tables copied 100,000 pairs a page, issue 30), and no
+# insert rebuilds a dict of all of them; a StableMap, not a ShardedDict, because the order
+# they are released in when the session ends shows (see Group).
+Held = dict[tuple[str, str], Group] | StableMap[Group]
+
 
 def shard_of(table: Table, var: str) -> Vars:
     """The dict that holds (or would hold) ``var`` of ``table``."""
@@ -255,15 +284,24 @@ def shard_of(table: Table, var: str) -> Vars:
     return table  # type: ignore[return-value]
 
 
-def find_slot(tables: dict[str, Table] | None, table: str, var: str) -> Slot | None:
-    """The slot of ``table``/``var``, or None."""
-    t = None if tables is None else tables.get(table)
+def tables_shard(tables: Tables, table: str) -> TableMap:
+    """The dict that holds (or would hold) ``table`` of a namespace's ``tables``."""
+    if type(tables) is ShardedDict:
+        return tables.shards[hash(table) & tables.mask]
+    return tables  # type: ignore[return-value]
+
+
+def find_slot(tables: Tables | None, table: str, var: str) -> Slot | None:
+    """The slot of ``table``/``var`` in a namespace's ``tables``, or None."""
+    if tables is None:
+        return None
+    t = tables_shard(tables, table).get(table)
     if t is None:
         return None
     return shard_of(t, var).get(var)
 
 
-def add_var(tables: dict[str, Table], table: str, var: str, slot: Slot) -> bool:
+def add_var(tables: Tables, table: str, var: str, slot: Slot) -> bool:
     """Store ``slot`` under ``var``, absent until now; create the table when missing (then
     True)."""
     t = tables.get(table)
@@ -276,7 +314,7 @@ def add_var(tables: dict[str, Table], table: str, var: str, slot: Slot) -> bool:
     return created
 
 
-def drop_var(tables: dict[str, Table], table: str, var: str) -> bool:
+def drop_var(tables: Tables, table: str, var: str) -> bool:
     """Remove ``var`` (present) from ``table``; drop the table once empty (then True)."""
     t = tables[table]
     del t[var]
@@ -352,8 +390,9 @@ class SessionRecord:
         self.ended = False
         # (namespace, table) -> {var: None}: the vars it holds, grouped by table (no empty
         # group); the var str is the one the table is keyed by (one dict slot per entry).
-        # A group of SHARD_AT vars moves into a StableKeys (see Group).
-        self.keys: dict[tuple[str, str], Group] = {}
+        # A group of SHARD_AT vars moves into a StableKeys (see Group), SHARD_AT groups into
+        # a StableMap (see Held).
+        self.keys: Held = {}
         self.held = 0  # how many entries it holds (the size of all groups together)
         # transaction id -> (the Transaction that ran, its result, the data_size it counts;
         # -1: remembered without its data); None until first needed
@@ -369,9 +408,10 @@ class SessionRecord:
 class Store:
     """The data every transaction reads and changes, and the counts kept with it.
 
-    ``namespaces``: namespace -> table name -> ``Table``. ``entry_count``, ``table_count`` and
-    ``stored`` (what the store budget counts, ``entry_cost``) are kept incrementally by
-    whoever changes the data. ``max_*``: the bounds a new entry is checked against.
+    ``namespaces``: namespace -> table name -> ``Table`` (``Namespaces``, ``Tables``).
+    ``entry_count``, ``table_count`` and ``stored`` (what the store budget counts,
+    ``entry_cost``) are kept incrementally by whoever changes the data. ``max_*``: the
+    bounds a new entry is checked against.
     ``pending_sets``: (namespace, table, var) -> {session id: parked transactions of that
     session holding a SetVar on it}, kept by the wait queue, read by ``Waiting``. With
     ``track_changes`` on, ``note_change`` collects the variables changed and the engine
@@ -394,7 +434,7 @@ class Store:
         self.wall_at_start = wall_at_start
         # Engine time + wall_offset = wall-clock seconds (what records show people).
         self.wall_offset = wall_at_start - started_at
-        self.namespaces: dict[str, dict[str, Table]] = {}
+        self.namespaces: Namespaces = {}
         self.entry_count = 0
         self.table_count = 0
         self.stored = 0

@@ -44,9 +44,10 @@ freed at once, not when its wait would have run out. The queue is pure: every me
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Hashable, Iterable, Iterator
-from typing import Any, cast
+from typing import Any, Final, cast
 
 import attrs
 from mypy_extensions import mypyc_attr
@@ -239,8 +240,72 @@ class _Waiter:
 #: (token, what to answer it with): a result, or an error reply's EngineError.
 Answer = tuple[Hashable, TransactionResult | EngineError]
 
+#: Most waiters in one run of ``Arrivals``.
+ARRIVAL_RUN: Final = 256
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+class Arrivals:
+    """The parked waiters in arrival order, found from an arrival number in O(log n), so a
+    waiters listing resumes where its cursor left off at the cost of its page (a dict in
+    arrival order can only be walked from its start: every page copied all 100,000).
+
+    Kept as runs (lists of at most ``ARRIVAL_RUN`` waiters, in arrival order) and the
+    arrival number of each run's first waiter: a newcomer arrives last, so it goes to the
+    end of the last run (a new run when that one is full); a waiter leaves from its run,
+    found by bisection, and an emptied run goes. Runs are never merged: there are at most as
+    many as waiters, and removing one moves only the list of runs (C, pointers)."""
+
+    __slots__ = ("firsts", "runs")
+
+    def __init__(self) -> None:
+        self.runs: list[list[Any]] = []
+        self.firsts: list[int] = []
+
+    def add(self, w: Any) -> None:
+        """Append ``w``, whose arrival number is higher than every other's."""
+        runs = self.runs
+        if runs and len(runs[-1]) < ARRIVAL_RUN:
+            runs[-1].append(w)
+        else:
+            runs.append([w])
+            self.firsts.append(w.seq)
+
+    def remove(self, w: Any) -> None:
+        """Remove ``w`` (present)."""
+        i = bisect.bisect_right(self.firsts, w.seq) - 1
+        run = self.runs[i]
+        j = 0
+        while run[j] is not w:
+            j += 1
+        del run[j]
+        if not run:
+            del self.runs[i]
+            del self.firsts[i]
+        elif j == 0:
+            self.firsts[i] = run[0].seq
+
+    def since(self, seq: int) -> Iterator[Any]:
+        """The waiters whose arrival number is ``seq`` or later, oldest first."""
+        runs = self.runs
+        i = max(0, bisect.bisect_right(self.firsts, seq) - 1)
+        for k in range(i, len(runs)):
+            for w in runs[k]:
+                if w.seq >= seq:
+                    yield w
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+def lacks(obj: object, name: str) -> bool:
+    """Whether ``obj`` has no attribute ``name`` (set by a newer version than the snapshot
+    that made it; a compiled object has no ``__dict__`` to ask)."""
+    try:
+        getattr(obj, name)
+    except AttributeError:
+        return True
+    return False
+
+
 class WaitQueue:
     """Parked transactions over one engine. ``owner`` is what the shell cancels as a group
     (a connection), ``token`` identifies one parked request (e.g. (connection, request id));
@@ -252,6 +317,7 @@ class WaitQueue:
         self._seq = 0
         self._version = 0
         self._by_token: dict[Hashable, _Waiter] = {}
+        self._arrivals = Arrivals()  # the same waiters, in arrival order (for listings)
         self._by_key: dict[Key, dict[int, _Waiter]] = {}
         self._by_session: dict[str, dict[int, _Waiter]] = {}
         self._by_owner: dict[Hashable, dict[int, _Waiter]] = {}
@@ -363,6 +429,7 @@ class WaitQueue:
         w = _Waiter(self._seq, owner, principal, token, session, tx, shape, now, now + wait, last)
         w.seen = self._version
         self._by_token[token] = w
+        self._arrivals.add(w)
         ops = w.ops
         by_key = self._ops_by_key
         for key in w.keys:
@@ -602,13 +669,36 @@ class WaitQueue:
         """Tokens of the waiters of one variable, oldest first (for tests and statistics)."""
         return [w.token for _, w in sorted(self._by_key.get(key, {}).items())]
 
-    def in_order(self) -> list[Any]:
-        """Every parked transaction (its waiter record), oldest first (for listings)."""
-        return list(self._by_token.values())
+    def restored(self) -> None:
+        """After a snapshot was loaded into this object: make what a snapshot of an older
+        version lacks from the waiters it holds (the count per namespace, the arrival index),
+        in arrival order; a snapshot of this version is left as it is."""
+        waiters = sorted(self._by_token.values(), key=lambda w: w.seq)
+        if lacks(self, "by_namespace"):
+            parked: dict[str, int] = {}
+            for w in waiters:
+                ns = w.tx.namespace
+                parked[ns] = parked.get(ns, 0) + 1
+            self.by_namespace = parked
+        if lacks(self, "_arrivals"):
+            arrivals = Arrivals()
+            for w in waiters:
+                arrivals.add(w)
+            self._arrivals = arrivals
+
+    def since(self, seq: int) -> Iterator[Any]:
+        """The parked transactions (their waiter records) that arrived as number ``seq`` or
+        later, oldest first (for listings: O(log waiters) to start)."""
+        return self._arrivals.since(seq)
+
+    def arrivals(self, key: Key) -> list[int]:
+        """The arrival numbers of the waiters of ``key``, oldest first (a waiter's position
+        in the queue of ``key`` is where its number sorts in: ``bisect``)."""
+        return list(self._by_key.get(key, ()))
 
     def position(self, waiter: Any, key: Key) -> int:
         """How many waiters of ``key`` arrived before ``waiter`` (0: it is the oldest)."""
-        return list(self._by_key.get(key, {})).index(waiter.seq)
+        return bisect.bisect_left(self.arrivals(key), waiter.seq)
 
     def parked_count(self, session_id: str) -> int:
         """How many transactions of a session are parked."""
@@ -631,6 +721,7 @@ class WaitQueue:
 
     def _remove(self, w: _Waiter) -> None:
         del self._by_token[w.token]
+        self._arrivals.remove(w)
         ns = w.tx.namespace
         parked = self.by_namespace[ns] - 1
         if parked:

@@ -236,12 +236,11 @@ def test_bad_cursors_are_refused_precisely() -> None:
     assert "not a cursor of this server" in refusal("holders", cursor="W10=")  # "[]"
     assert "a 'holders' listing, not 'waiters'" in refusal("waiters", limit=1, cursor=good)
     assert "other filters" in refusal("holders", limit=1, namespace=NS, cursor=good)
-    other_run = _encode_cursor(
-        "holders", EPOCH + 1, ListQuery(limit=1), [0, NS, 0, "L", 0, 1, "v0001", 0, "s"]
-    )
+    position = [0, 0, NS, 0, 0, "L", 0, 1, "v0001", 0, "s", "v0000"]
+    other_run = _encode_cursor("holders", EPOCH + 1, ListQuery(limit=1), position)
     assert "another run of the server" in refusal("holders", limit=1, cursor=other_run)
     shape = _encode_cursor(
-        "holders", EPOCH, ListQuery(limit=1), [0, NS, -1, "L", 0, 1, "v", 0, "s"]
+        "holders", EPOCH, ListQuery(limit=1), [0, 0, NS, 0, -1, "L", 0, 1, "v", 0, "s", ""]
     )
     assert "not a cursor of this server" in refusal("holders", limit=1, cursor=shape)
 
@@ -667,7 +666,7 @@ def test_a_session_filter_pages_a_big_group_in_its_order() -> None:
     """A session holding SHARD_AT + 600 variables in one table (a StableKeys group) and a few
     in another: its listing pages them 1,000 at a time, each once, in the group's order; a
     cursor survives the variable it names and others being released between pages."""
-    from lockserver.engine._sharded import StableKeys
+    from lockserver.engine._sharded import StableKeys, stable_hash
     from lockserver.engine._store import SHARD_AT
 
     d = door()
@@ -688,9 +687,11 @@ def test_a_session_filter_pages_a_big_group_in_its_order() -> None:
     rest = answer(
         d.holders("op", n(), ListQuery(session="me", limit=10, cursor=first.cursor), now=START)
     )
-    # The named variable gone, the walk resumes at its old index, one past the next one
-    # (the release before it moved everything one place up).
-    assert [h.var for h in rest.holders] == group[1002:1012]
+    # The named variable gone, the walk resumes at its old index in its shard of the group:
+    # at the next one (the release before it, in an earlier shard, moved nothing there).
+    mask = d.core.engine.sessions["me"].keys[NS, "Big"].mask
+    assert stable_hash(before) & mask < stable_hash(named) & mask
+    assert [h.var for h in rest.holders] == group[1001:1011]
 
 
 def test_a_denial_never_makes_a_reply_bigger_than_a_client_accepts() -> None:

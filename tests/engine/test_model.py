@@ -599,8 +599,11 @@ class EngineVersusModel(RuleBasedStateMachine):
         """The engine stores exactly the model's entries, in the same order, and keeps no
         empty containers."""
         assert typed(engine_dump(self.engine)) == typed(self.model.data)
-        for tbls in self.engine.namespaces.values():
+        namespaces = self.engine.namespaces
+        assert len(namespaces) == sum(1 for _ in namespaces)  # a sharded form's count is right
+        for tbls in namespaces.values():
             assert tbls
+            assert len(tbls) == sum(1 for _ in tbls)
             for vars_ in tbls.values():
                 assert vars_
                 assert all(vars_.values())
@@ -704,9 +707,11 @@ def test_model_value_equality_is_strict(pair: tuple[Any, Any]) -> None:
 
 
 def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same state machine with every table sharded from its second variable on, and every
-    sharded dict (tables, sessions) over 4 shards: the big-table form (``BigTable`` in
-    lockserver/engine/_eval.py) must behave exactly like the small one through every way
+    """The same state machine with every table sharded from its second variable on, every
+    namespace from its second table on, the namespaces from the second, a session's groups
+    from the second, and every sharded container over 4 shards: the big forms (``BigTable``,
+    a ``ShardedDict`` of tables or of namespaces, a ``StableMap`` of groups:
+    lockserver/engine/_store.py) must behave exactly like the small ones through every way
     entries come and go."""
     from hypothesis.stateful import run_state_machine_as_test
 
@@ -716,6 +721,9 @@ def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(_store, "SHARD_AT", 2)  # used by add_var
     monkeypatch.setattr(_sharded, "SHARDS", 4)  # the sessions get 4 shards too
     seen: list[bool] = []
+    big_namespaces: list[bool] = []
+    many_namespaces: list[bool] = []
+    big_sessions: list[bool] = []
 
     class Sharded(EngineVersusModel):
         @invariant()
@@ -724,6 +732,13 @@ def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> No
                 type(t) is _store.BigTable
                 for tbls in self.engine.namespaces.values()
                 for t in tbls.values()
+            )
+            big_namespaces.extend(
+                type(tbls) is _sharded.ShardedDict for tbls in self.engine.namespaces.values()
+            )
+            many_namespaces.append(type(self.engine.namespaces) is _sharded.ShardedDict)
+            big_sessions.extend(
+                type(s.keys) is _sharded.StableMap for s in self.engine.sessions.values()
             )
 
     run_state_machine_as_test(
@@ -736,3 +751,6 @@ def test_model_agrees_with_sharded_tables(monkeypatch: pytest.MonkeyPatch) -> No
         ),
     )
     assert any(seen), "no table was ever sharded: the test did not test the sharded form"
+    assert any(big_namespaces), "no namespace's tables were ever sharded"
+    assert any(many_namespaces), "the namespaces were never sharded"
+    assert any(big_sessions), "no session's groups were ever sharded"

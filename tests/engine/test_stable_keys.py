@@ -177,17 +177,30 @@ def lost_order() -> list[str]:
     st.integers(0, 70),
     st.integers(0, 80),
 )
-def test_a_big_group_resumes_a_listing_where_the_list_of_it_would(
+def test_a_big_group_resumes_a_listing_at_its_key_or_its_old_place(
     present: list[int], var: int, hint: int
 ) -> None:
-    """The session-holders listing pages a StableKeys group shard by shard: from a cursor's
-    (var, hint) it yields exactly what indexing ``list(group)`` from ``_start`` yields (at the
-    var when it is still there, else at the old index), numbered alike."""
-    from lockserver.engine._inspect import _group_from, _start
+    """The listings walk a StableKeys group shard by shard (``_walk_keys``): from a
+    cursor's (shard, index, var) they yield, when the var is still there, exactly the rest
+    of the group in its order; when it is gone, the rest of its shard from the old index
+    and every later shard. Each key comes with its place (shard, index in it); a dict group
+    is one shard, resumed by ``_start``'s rule."""
+    from lockserver.engine._inspect import _start, _walk_keys
 
     group = StableKeys(f"v{i}" for i in present)
     as_list = list(group)
-    v_from = _start(as_list, f"v{var}", hint)
-    assert list(_group_from(group, f"v{var}", hint)) == list(enumerate(as_list[v_from:], v_from))
-    small = dict.fromkeys(as_list)  # a dict group takes the list's way itself
-    assert list(_group_from(small, f"v{var}", hint)) == list(enumerate(as_list[v_from:], v_from))
+    key = f"v{var}"
+    home = stable_hash(key) & group.mask
+    walked = list(_walk_keys(group, home, hint, key))
+    for shard, index, k, d in walked:
+        assert d is group.shards[shard] and list(d)[index] == k
+    keys = [k for _, _, k, _ in walked]
+    if key in group:
+        assert keys == as_list[as_list.index(key) :]
+    else:
+        in_shard = list(group.shards[home])
+        later = [k for d in group.shards[home + 1 :] for k in d]
+        assert keys == in_shard[min(hint, len(in_shard)) :] + later
+    small = dict.fromkeys(as_list)
+    walked_small = [k for _, _, k, _ in _walk_keys(small, 0, hint, key)]
+    assert walked_small == as_list[_start(as_list, key, hint) :]
