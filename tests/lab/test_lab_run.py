@@ -76,10 +76,9 @@ def test_a_short_lab_run_is_valid(tmp_path: Path) -> None:
         "replica-n1.log",
         "worker-c1.log",
     }
-    # This run's namespaces only: another lab on the machine (a parallel suite) may be
-    # running, and its namespaces come and go meanwhile.
-    own = f"{PREFIX}{history.meta.settings['lab']}-"
-    left = {n for n in list_namespaces() if n.startswith(own)}
+    # Only this run's namespaces: another lab may be running on the machine meanwhile.
+    mine = f"{PREFIX}{history.meta.settings['lab']}-"
+    left = {n for n in list_namespaces() if n.startswith(mine)}
     assert not left
 
 
