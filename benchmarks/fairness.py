@@ -25,6 +25,7 @@ decoded (a length prefix, a Content-Length), so the attacker's own CPU stays sma
 Run from the repository root::
 
     python -m benchmarks.fairness [--only healthz,stats,...] [--pin] [--json FILE]
+    python -m benchmarks.fairness --summarize before-*.json after-*.json   # the table
     LOCKBENCH_SERVER_ROOT=/tmp/before python -m benchmarks.fairness ...   # another checkout
 
 ``--pin``: the server on CPU 0, this process (attacker and pinger) on the others.
@@ -41,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from lockbench._layout import load_on, pin_plan
@@ -348,6 +350,54 @@ def _measure(attack: str, server: ServerProcess, cpus: Any) -> dict[str, Any]:
         return out
 
 
+def summarize(paths: Sequence[str]) -> str:
+    """A Markdown table of saved ``--json`` runs: per attack and layout, each side's ping p99
+    and worst (ms), every run's in file order, a side being the file name's ``before`` or
+    ``after`` (else the file's name); the idle probe's status and the fan-out's transaction
+    p50 under "other"."""
+    rows: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {}
+    sides: list[str] = []
+    for path in paths:
+        name = Path(path).name
+        side = next((s for s in ("before", "after") if s in name), name)
+        if side not in sides:
+            sides.append(side)
+        with open(path) as f:
+            for run in json.load(f):
+                rows.setdefault((run["attack"], run["layout"]), {}).setdefault(side, []).append(run)
+    head = (
+        "| attack | layout | "
+        + " | ".join(f"{s}: ping p99 / worst ms" for s in sides)
+        + " | other |"
+    )
+    lines = [head, "|" + "---|" * (len(sides) + 3)]
+    for (attack, layout), by_side in sorted(
+        rows.items(), key=lambda kv: (ATTACKS.index(kv[0][0]), kv[0][1])
+    ):
+        cells, other = [], []
+        for side in sides:
+            runs = by_side.get(side, [])
+            if not runs:
+                cells.append("")
+                continue
+            figures = ", ".join(
+                f"{r['ping_ms'].get('p99', '-')} / {r['ping_ms'].get('worst', '-')}" for r in runs
+            )
+            cells.append(figures)
+            if attack == "idle":
+                other.append(f"{side}: probe " + ", ".join(str(r["probe_status"]) for r in runs))
+            if attack == "fanout":
+                other.append(
+                    f"{side}: tx p50 "
+                    + ", ".join(str(r["transaction_ms"]["p50"]) for r in runs)
+                    + " ms"
+                )
+        lines.append(
+            f"| {attack} | {layout} | " + " | ".join(cells) + " | " + "; ".join(other) + " |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.fairness", description=__doc__)
     p.add_argument(
@@ -356,7 +406,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--pin", action="store_true", help="server on CPU 0, this process on the others")
     p.add_argument("--repeat", type=int, default=1, help="runs of each attack")
     p.add_argument("--json", help="write every run as a JSON list to this file")
+    p.add_argument(
+        "--summarize", nargs="+", metavar="FILE", help="print the table of saved --json files"
+    )
     args = p.parse_args(argv)
+    if args.summarize:
+        print(summarize(args.summarize))
+        return 0
     chosen = [a for a in args.only.split(",") if a]
     unknown = [a for a in chosen if a not in ATTACKS]
     if unknown:

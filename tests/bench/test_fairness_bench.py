@@ -42,6 +42,32 @@ def test_every_attack_runs_small_and_reports(
     assert fan["transaction_ms"]["count"] == 20
 
 
+def test_the_summary_sets_before_beside_after(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--summarize: one row per attack and layout, each side's runs from the files whose
+    names say before and after, the probe's status and the fan-out's transaction p50."""
+    ping = {"count": 3, "p50": 1.0, "p99": 2.0, "worst": 3.0}
+    before = [
+        {"attack": "healthz", "layout": "pinned", "ping_ms": {**ping, "worst": 2000.0}},
+        {"attack": "idle", "layout": "pinned", "probe_status": 503, "ping_ms": {"count": 0}},
+    ]
+    after = [
+        {"attack": "healthz", "layout": "pinned", "ping_ms": ping},
+        {"attack": "idle", "layout": "pinned", "probe_status": 200, "ping_ms": {"count": 0}},
+        {"attack": "fanout", "layout": "pinned", "ping_ms": ping, "transaction_ms": ping},
+    ]
+    (tmp_path / "x-before.json").write_text(json.dumps(before))
+    (tmp_path / "x-after.json").write_text(json.dumps(after))
+    files = [str(tmp_path / "x-before.json"), str(tmp_path / "x-after.json")]
+    assert fairness.main(["--summarize", *files]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "before: ping p99 / worst ms | after: ping p99 / worst ms" in lines[0]
+    assert lines[2] == "| healthz | pinned | 2.0 / 2000.0 | 2.0 / 3.0 |  |"
+    assert lines[3] == "| idle | pinned | - / - | - / - | before: probe 503; after: probe 200 |"
+    assert lines[4] == "| fanout | pinned |  | 2.0 / 3.0 | after: tx p50 1.0 ms |"
+
+
 def test_an_unknown_attack_is_refused() -> None:
     """--only with a name that is not an attack: exit 2 naming it."""
     with pytest.raises(SystemExit) as exc:
