@@ -542,8 +542,20 @@ class Server:
                     for listener in self.listeners:
                         listener.socket.close()
                     log.info("shutting down: closing %d connection(s)", len(self.clients))
+                    code, why = ErrorCode.SHUTTING_DOWN, "the server is shutting down"
+                    if self.replica is not None:
+                        # SHUTTING_DOWN promises that a request left unanswered was not
+                        # executed; a replica cannot promise it: a request it proposed to
+                        # the group's log may commit there after it stopped (the fault lab
+                        # found a compare-and-set told "not executed" that took effect).
+                        code = ErrorCode.UNAVAILABLE
+                        why = (
+                            "this replica is shutting down: a request of this connection "
+                            "still unanswered may have committed in the group (look on "
+                            "another replica)"
+                        )
                     for c in list(self.clients):
-                        c.stop(ErrorCode.SHUTTING_DOWN, "the server is shutting down")
+                        c.stop(code, why)
                     for h in list(self.http_clients):
                         h.stop()
                     conns.cancel_scope.deadline = trio.current_time() + _SHUTDOWN_GRACE

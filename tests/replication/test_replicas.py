@@ -379,3 +379,35 @@ async def test_a_replica_whose_lease_may_have_lapsed_delivers_no_grant(
                 assert isinstance(cause, ServerError) and cause.code is ErrorCode.UNAVAILABLE
                 assert r1.replica.late_deliveries_refused > refused
             nursery.cancel_scope.cancel()
+
+
+async def test_a_replica_shutting_down_never_says_not_executed(etcd1: EtcdCluster) -> None:
+    """A replica shut down with a request of its own in flight (here: parked in the group)
+    cannot promise that request was not executed, as a single server's SHUTTING_DOWN does:
+    its client gets an outcome-unknown error (the fault lab's clock-skew run found a
+    compare-and-set told "not executed" that had taken effect)."""
+    group = f"g{next(_groups)}"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            r1, r2 = [await start(nursery, etcd1, group) for _ in range(2)]
+            async with session_on(r1.port, "A") as a:
+                assert (await a.execute("ns", acquire("x", "A"))).ok
+                outcome: list[BaseException] = []
+
+                async def park_on_r2() -> None:
+                    async with session_on(r2.port, "C") as c:
+                        try:
+                            await c.execute("ns", acquire("x", "C"), wait=20.0)
+                        except (ConnectionLost, ServerError) as exc:
+                            outcome.append(exc)
+
+                nursery.start_soon(park_on_r2)
+                while not r2.replica.state.core.waits.by_namespace.get("ns"):
+                    await trio.sleep(0.02)
+                r2.running.shutdown()
+                while not outcome:
+                    await trio.sleep(0.02)
+            [exc] = outcome
+            assert not (isinstance(exc, ServerError) and exc.code is ErrorCode.SHUTTING_DOWN), exc
+            assert "not executed" not in str(exc)
+            nursery.cancel_scope.cancel()

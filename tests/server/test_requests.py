@@ -231,7 +231,7 @@ async def test_pipelined_requests_are_all_answered(server: RunningServer) -> Non
 async def test_long_pipelined_batch_replies_go_out_early(
     server: RunningServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The replies of a long batch read in one receive leave in chunks of about
+    """The replies of a long batch read in one receive leave in chunks of at most about
     _EARLY_FLUSH bytes while the batch is served (the client decodes them meanwhile), not all
     at its end; they still arrive complete and in order."""
     sends: list[int] = []
@@ -249,9 +249,12 @@ async def test_long_pipelined_batch_replies_go_out_early(
             await c.send(*messages)
             answers = [await c.reply(m.request_id) for m in messages]
     assert [a.body.data for a in answers] == [(("i", i),) for i in range(200)]  # type: ignore[union-attr]
-    early = [n for n in sends if n >= _EARLY_FLUSH]
-    assert len(early) >= 200 * 100 // _EARLY_FLUSH  # replies are > 100 bytes each
-    assert all(n < _EARLY_FLUSH + 1024 for n in early)  # each chunk went out when it was full
+    # Each chunk went out when it was full, or earlier: at the end of the connection's turn
+    # (TURN_SECONDS), which a loaded machine reaches sooner; never all at the batch's end.
+    sends = [n for n in sends if n]
+    assert sum(sends) > 200 * 100  # replies are > 100 bytes each
+    assert len(sends) >= 200 * 100 // (_EARLY_FLUSH + 1024)
+    assert all(n < _EARLY_FLUSH + 1024 for n in sends)
 
 
 async def test_pipelined_frames_split_across_writes(server: RunningServer) -> None:
