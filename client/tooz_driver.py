@@ -12,10 +12,11 @@ by the ``tooz`` extra (``pip install 'skylock[tooz]'``), registered under tooz's
 
 Rules kept:
 - **One session per coordinator**: everything it holds (locks, memberships, leadership)
-  goes at once when it stops, its process dies (the session expires ``session_max_age``
-  after its last call) or an operator ends it (``lockctl kill``). The session pings itself
-  (the client's keepalive thread) and :meth:`heartbeat` pings it too, so tooz's heart
-  (``start(start_heart=True)``) works as with every tooz driver.
+  goes at once when it stops, its process dies or stops beating (the session expires
+  ``session_max_age`` after its last call) or an operator ends it (``lockctl kill``). The
+  session has no keepalive thread of its own: :meth:`heartbeat` (tooz's heart,
+  ``start(start_heart=True)``, or the application's own calls) keeps it alive, as tooz's
+  contract for drivers whose members time out asks (its conformance test ``test_timeout``).
 - **Groups outlive their creator** as tooz requires, though every entry of the server belongs
   to a session: a group's existence is an entry (table ``tooz.groups``, variable
   ``groups``, value = the group's name) held by a session of **the group itself**, whose id
@@ -431,6 +432,13 @@ class LockServerDriver(coordination.CoordinationDriverCachedRunWatchers):
             pass  # the server expires it after its max age
         finally:
             client.close()
+
+    @property
+    def session_id(self) -> str | None:
+        """The id of this coordinator's session while it is started (what ``lockctl
+        sessions --match 'tooz member'`` lists and ``lockctl kill`` ends), else None."""
+        session = self._session
+        return None if session is None else session.id
 
     def _hosts(self) -> list[str]:
         servers = self._settings["servers"]
