@@ -55,7 +55,13 @@ from tooz import coordination, locking, utils
 
 from protocol import Assert, DeleteVar, Exists, Not, SelectVarValue, SetVar, check_value
 
-from ._errors import ClientTimeout, LockClientError, ServerUnavailable, TransportError
+from ._errors import (
+    ClientTimeout,
+    ConnectionLost,
+    LockClientError,
+    ServerUnavailable,
+    TransportError,
+)
 from ._sync import LockClient
 from ._sync_session import Session
 from .recipes import (
@@ -460,12 +466,12 @@ class LockServerDriver(coordination.CoordinationDriverCachedRunWatchers):
         """Touch the session (and the groups this member is in); the seconds until the next
         heartbeat is due (a third of the session's max age)."""
         _, session = self._started_client()
+        with self._state:
+            joined = list(self._memberships)
         with _translated():
-            session.execute(self.namespace, [])
-            with self._state:
-                joined = list(self._memberships)
+            _touch(session, self.namespace)
             for group in joined:
-                self._group_session(group).execute(self.namespace, [])
+                _touch(self._group_session(group), self.namespace)
         return self.session_max_age / 3
 
     # --- locks ----------------------------------------------------------------------------
@@ -753,6 +759,16 @@ class LockServerDriver(coordination.CoordinationDriverCachedRunWatchers):
                 return election.resign()
             except LockLostError:
                 return False
+
+
+def _touch(session: Session, namespace: str) -> None:
+    """Touch ``session`` (an empty transaction). Sent once more when the connection was lost
+    with it in flight: it changes nothing, so a repeat is harmless, and the repeat goes
+    through the next connection (a replicated group's next replica)."""
+    try:
+        session.execute(namespace, [])
+    except ConnectionLost:
+        session.execute(namespace, [])
 
 
 def _checked_capabilities(capabilities: Any) -> None:
