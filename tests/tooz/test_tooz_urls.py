@@ -144,3 +144,15 @@ def test_tls_with_a_ca_file(coordinators: Make, tmp_path: Path) -> None:
             coordinators(url_=url_of(ts.port, "connect_timeout=2"))
     finally:
         ts.stop()
+
+
+def test_the_backend_is_registered_under_tooz_backends() -> None:
+    """The installed distribution declares the ``lockserver`` backend under tooz's entry
+    point group, naming the driver class (tooz finds it there by the URL's scheme)."""
+    from importlib.metadata import entry_points
+
+    from client.tooz_driver import LockServerDriver
+
+    (found,) = entry_points(group="tooz.backends", name="lockserver")
+    assert found.value == "client.tooz_driver:LockServerDriver"
+    assert found.load() is LockServerDriver
