@@ -34,7 +34,7 @@ from client._errors import LockClientError
 from protocol import LockLost
 
 from . import _kinds, _ops
-from ._base import CLEANUP_TIMEOUT, LockCore, NotAcquired
+from ._base import CLEANUP_TIMEOUT, NotAcquired, RecipeCore
 from ._multi import MultiLockBase, ReadWriteBase
 
 __all__ = [
@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 
-class AsyncLock(LockCore[AsyncSession]):
+class AsyncLock(RecipeCore[AsyncSession]):
     """The lock interface every async recipe has."""
 
     _scope: anyio.CancelScope | None = None

@@ -63,7 +63,7 @@ __all__ = [
     "CLEANUP_TIMEOUT",
     "DEFAULT_MAX_WAIT",
     "AcquirePlan",
-    "LockCore",
+    "RecipeCore",
     "LockLostError",
     "NotAcquired",
     "OnLost",
@@ -169,7 +169,7 @@ class AcquirePlan:
         return min(max_wait, max(0.0, self.deadline - now))
 
 
-class LockCore(Generic[S]):
+class RecipeCore(Generic[S]):
     """State shared by every recipe. Subclasses (the kinds) say what to send; the faces send.
 
     Public read-only state: ``namespace``, ``name``, ``held``, ``fence``, ``ticket``,

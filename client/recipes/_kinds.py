@@ -52,7 +52,7 @@ from protocol import (
     Waiting,
 )
 
-from ._base import LockCore, OnLost, S, check_name, seconds
+from ._base import OnLost, RecipeCore, S, check_name, seconds
 
 __all__ = [
     "CLAIM_TABLE",
@@ -177,7 +177,7 @@ def _rw_statements(
     return out
 
 
-class _KindInit(LockCore[S]):
+class _KindInit(RecipeCore[S]):
     """The common constructor arguments, spelled out once for the kinds."""
 
     def _init(
@@ -190,7 +190,7 @@ class _KindInit(LockCore[S]):
         min_trust: float,
         description: str,
     ) -> None:
-        LockCore.__init__(
+        RecipeCore.__init__(
             self,
             session,
             namespace,
