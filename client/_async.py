@@ -63,53 +63,30 @@ import math
 import os
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import attrs
 
-from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage, Welcome
+from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage
 
-from ._async_session import AsyncSession, AsyncShardedSession
-from ._core import ClientCore, ClientStatistics, FeedSink, handshake_error, not_sent
-from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerError, ServerUnavailable
-from ._failover import Members
-from ._inspect import listing_request, release_request, subscribe_request, unsubscribe_request
+from . import _calls
+from ._async_session import AsyncSession, AsyncShardedSession, run_async
+from ._core import ClientStatistics, FeedSink, handshake_error, not_sent
+from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
+from ._face import ClientFace
 from ._loops import CLOSED, Slot, hooks_for_running_loop
 from ._placement import ServerAddress, ServerGroup, Servers
-from ._sharding import (
-    Router,
-    Subscriptions,
-    client_groups,
-    describe,
-    join_cursor,
-    shard_servers,
-    split_cursor,
-    unavailable,
-)
-from ._wire import (
-    END,
-    HELLO,
-    HOLDERS,
-    PING,
-    RELEASE,
-    RETRY,
-    SESSIONS,
-    STATS,
-    SUBSCRIBE,
-    UNSUBSCRIBE,
-    WAITERS,
-    Batch,
-    Wire,
-)
+from ._sharding import shard_servers, unavailable
+from ._wire import HELLO, HOLDERS, RETRY, SESSIONS, WAITERS, Batch, Wire
 
 __all__ = ["AsyncLockClient", "open_lock_client"]
 
 log = logging.getLogger("client")
+T = TypeVar("T")
 
 _RECV_SIZE = 256 * 1024
 _READS_PER_CHECKPOINT = 16  # a flooding server must not starve the other tasks
@@ -192,9 +169,15 @@ async def open_lock_client(
         raise failure
 
 
-class AsyncLockClient:
+class AsyncLockClient(ClientFace[AsyncSession, "AsyncLockClient"]):
     """An async client (trio or asyncio); create it with :func:`open_lock_client`. Safe to
-    share between the tasks of its event loop."""
+    share between the tasks of its event loop. What is not written here (``welcome``,
+    ``session``, ``servers``, ``members``...) is :class:`~client._face.ClientFace`'s, as the
+    sync face's."""
+
+    _SHARD_HINT = "(await client.shard(server))"
+    _session_class = AsyncSession
+    _sharded_session_class = AsyncShardedSession
 
     def __init__(
         self,
@@ -208,7 +191,7 @@ class AsyncLockClient:
         token: str | None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        groups = client_groups(host, port, servers)
+        self._setup(host, port, servers, client_name, token, ssl_context)
         if (
             type(connect_timeout) not in (int, float)
             or not math.isfinite(connect_timeout)
@@ -217,102 +200,34 @@ class AsyncLockClient:
             raise ValueError(
                 f"connect_timeout must be a finite number > 0, got {connect_timeout!r}"
             )
-        first = groups[0].members[0]
-        #: The server of the current connection (of a group: the member in use; a client of
-        #: several servers: its first server's first member, unused).
-        self.host = first.host
-        self.port = first.port
         self.connect_timeout = float(connect_timeout)
-        self.ssl_context = ssl_context
         self._task_group = nursery
-        # One entry (a server or a group): the members its connection may go to.
-        members = Members(groups[0]) if len(groups) == 1 else None
-        self._core = ClientCore(client_name, token, members)
         self._conn: _Connection | None = None
         self._connect_lock = anyio.Lock()
-        self._closed = False
         # The running loop's own clock, checkpoint and parking for the per-request path.
         self._hooks = hooks_for_running_loop()
-        # Several entries: the placement, and one single-entry client per entry (in this
-        # client's task group), opened by the first call that needs it.
-        router = Router(groups) if len(groups) > 1 else None
-        self._router = router
-        # Where namespaces live: the router's list, or this client's one entry (``place``,
-        # ``servers`` and ``shard`` read it either way).
-        self._placement = router if router is not None else Router(groups)
-        self._shards: dict[ServerGroup, AsyncLockClient] = {}
+        # A router's per-server clients live in this client's task group.
+        router = self._router
         self._shard_locks = {} if router is None else {s: anyio.Lock() for s in router.servers}
-        self._subscriptions = Subscriptions()
         # Set when change-feed events arrive (next_feed_events waits on it); a router's
         # per-server clients set their router's instead.
         self._feed_ready = anyio.Event()
         self._feed_owner: AsyncLockClient = self
 
-    # --- public API -------------------------------------------------------------------------------
+    async def _drive(self, op: Generator[_calls.Step, Any, T]) -> T:
+        """Run a call of ``_calls`` to its end with awaited calls."""
+        return await run_async(op, self._answer)
 
-    @property
-    def welcome(self) -> Welcome:
-        """The server's Welcome of the current connection (version, name, host, limits). A
-        client of several servers has one per server: ``(await client.shard(s)).welcome``."""
-        if self._router is not None:
-            raise LockClientError(
-                "a client of several servers has one welcome per server: use "
-                "(await client.shard(server)).welcome (or session.welcome_for(namespace))"
-            )
-        welcome = self._core.welcome
-        assert welcome is not None  # set by open_lock_client's handshake
-        return welcome
+    async def _answer(self, step: _calls.Step) -> Any:
+        if type(step) is _calls.Call:
+            return await self.request(step.kind, step.rid, step.data)
+        if type(step) is _calls.OnShard:
+            shard = await self.shard_client(step.server)
+            return await shard._drive(step.make(shard))
+        assert type(step) is _calls.OpenTo  # OnPart is a session's step
+        return await self._open_to(step.address)
 
-    @property
-    def closed(self) -> bool:
-        """True once the ``open_lock_client`` block has exited."""
-        return self._closed
-
-    @property
-    def core(self) -> ClientCore:
-        """The socket-free core (request ids, open sessions, counters). Session port: what
-        an :class:`AsyncSession` builds its frames with; not for applications."""
-        return self._core
-
-    def session(
-        self,
-        max_age: float = 60.0,
-        description: str = "",
-        session_id: str | None = None,
-        *,
-        keepalive: bool = True,
-    ) -> AsyncSession:
-        """A session (a fresh uuid4 id unless ``session_id`` is given). Use it with
-        ``async with``: the session is ended on exit, also on an exception or cancellation.
-        While open and used, a keepalive task pings it every ``max_age / 3`` seconds of
-        idleness (unless ``keepalive=False``)."""
-        self.check_open()
-        if self._router is not None:
-            return AsyncShardedSession(self, session_id, max_age, description, keepalive)
-        return AsyncSession(self, session_id, max_age, description, keepalive)
-
-    @property
-    def servers(self) -> tuple[str, ...]:
-        """The servers of this client as configured, by their placement ids (as the sync
-        face's :attr:`~client.LockClient.servers`; a group: its sorted member ids joined by
-        ``,``)."""
-        return tuple(s.id for s in self._placement.servers)
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """The servers this client's connection may go to, in the order of failover (as the
-        sync face's :attr:`~client.LockClient.members`)."""
-        members = self._core.members
-        if members is None:
-            raise LockClientError(
-                "a client of several servers has one member list per server: use "
-                "(await client.shard(server)).members"
-            )
-        return tuple(m.id for m in members.members)
-
-    def server_for(self, namespace: str) -> str:
-        """The server (``host:port``) ``namespace`` lives on (PROTOCOL.md §12)."""
-        return self.place(namespace).id
+    # --- public API (the docstrings are the sync face's: client.LockClient) ----------------------
 
     async def shard(self, server: str) -> AsyncLockClient:
         """The single-server client of ``server`` (one of :attr:`servers`), connected now if
@@ -324,44 +239,16 @@ class AsyncLockClient:
         return await self.shard_client(address)
 
     async def ping(self) -> Pong:
-        """Liveness check: the server's ``uptime`` and ``trust``. Touches no session. A
-        client of several servers pings every one (ServerUnavailable naming the first that
-        cannot be reached) and returns the Pong of the one with the lowest trust."""
-        if self._router is not None:
-            pongs = [await (await self.shard_client(s)).ping() for s in self._router.servers]
-            return min(pongs, key=lambda pong: pong.trust)
-        rid, data = self._core.ping()
-        return await self.request(PING, rid, data)  # type: ignore[no-any-return]
+        """Liveness check (as the sync face's :meth:`~client.LockClient.ping`)."""
+        return await self._drive(_calls.ping(self))
 
     async def statistics(self) -> dict[str, Any]:
-        """The server's statistics (a nested map; PROTOCOL.md lists the keys). A client of
-        several servers returns ``{server: statistics}`` for every server."""
-        if self._router is not None:
-            return {
-                s.id: await (await self.shard_client(s)).statistics() for s in self._router.servers
-            }
-        rid, data = self._core.get_statistics()
-        return await self.request(STATS, rid, data)  # type: ignore[no-any-return]
+        """The server's statistics (as :meth:`~client.LockClient.statistics`)."""
+        return await self._drive(_calls.statistics(self))
 
     async def end_session(self, session_id: str) -> bool:
-        """End any session by id (all its entries go at once); False when it did not exist.
-        Prefer ``session.end()`` for your own sessions. A client of several servers ends it on
-        every server (True when some had it); a server that cannot be reached raises
-        ServerUnavailable after the others were asked."""
-        if self._router is not None:
-            existed = False
-            failure: ServerUnavailable | None = None
-            for server in self._router.servers:
-                try:
-                    shard = await self.shard_client(server)
-                    existed = await shard.end_session(session_id) or existed
-                except ServerUnavailable as exc:
-                    failure = failure or unavailable(server, exc)
-            if failure is not None:
-                raise failure
-            return existed
-        rid, data = self._core.end_session(session_id)
-        return await self.request(END, rid, data)  # type: ignore[no-any-return]
+        """End any session by id (as :meth:`~client.LockClient.end_session`)."""
+        return await self._drive(_calls.end_session(self, session_id))
 
     # --- the operator's calls (as the sync face's: docs/operations.md) --------------------------
 
@@ -377,10 +264,8 @@ class AsyncLockClient:
         limit: int | None = None,
     ) -> HoldersPage:
         """A page of the entries held (as the sync face's :meth:`~client.LockClient.holders`)."""
-        page: HoldersPage = await self._listing(
-            "holders", HOLDERS, namespace, table, var, session, match, cursor, limit
-        )
-        return page
+        args = (namespace, table, var, session, match, cursor, limit)
+        return await self._drive(_calls.listing(self, "holders", HOLDERS, *args))
 
     async def sessions(
         self,
@@ -394,10 +279,8 @@ class AsyncLockClient:
         limit: int | None = None,
     ) -> SessionsPage:
         """A page of the sessions (as the sync face's :meth:`~client.LockClient.sessions`)."""
-        page: SessionsPage = await self._listing(
-            "sessions", SESSIONS, namespace, table, var, session, match, cursor, limit
-        )
-        return page
+        args = (namespace, table, var, session, match, cursor, limit)
+        return await self._drive(_calls.listing(self, "sessions", SESSIONS, *args))
 
     async def waiters(
         self,
@@ -412,63 +295,14 @@ class AsyncLockClient:
     ) -> WaitersPage:
         """A page of the parked transactions (as the sync face's
         :meth:`~client.LockClient.waiters`)."""
-        page: WaitersPage = await self._listing(
-            "waiters", WAITERS, namespace, table, var, session, match, cursor, limit
-        )
-        return page
-
-    async def _listing(
-        self,
-        kind: str,
-        wire_kind: int,
-        namespace: str | None,
-        table: str | None,
-        var: str | None,
-        session: str | None,
-        match: str | None,
-        cursor: str | None,
-        limit: int | None,
-    ) -> Any:
-        router = self._router
-        if router is None:
-            rid = self._core.next_id()
-            data = listing_request(
-                kind, rid, namespace, table, var, session=session, match=match, cursor=cursor,
-                limit=limit,
-            )  # fmt: skip
-            return await self.request(wire_kind, rid, data)
-        args = (kind, wire_kind, namespace, table, var, session, match)
-        if namespace is not None:
-            server = self.place(namespace)
-            shard = await self.shard_client(server)
-            try:
-                return await shard._listing(*args, cursor, limit)
-            except ServerUnavailable as exc:
-                raise unavailable(server, exc) from exc
-        count = len(router.servers)
-        index, inner = split_cursor(cursor, count)
-        server = router.servers[index]
-        shard = await self.shard_client(server)
-        try:
-            page = await shard._listing(*args, inner, limit)
-        except ServerUnavailable as exc:
-            raise unavailable(server, exc) from exc
-        return attrs.evolve(page, cursor=join_cursor(index, page.cursor, count))
+        args = (namespace, table, var, session, match, cursor, limit)
+        return await self._drive(_calls.listing(self, "waiters", WAITERS, *args))
 
     async def release(
         self, namespace: str, table: str, var: str, *, session: str | None = None
     ) -> Released:
         """Force-release (as the sync face's :meth:`~client.LockClient.release`)."""
-        if self._router is not None:
-            server = self.place(namespace)
-            shard = await self.shard_client(server)
-            try:
-                return await shard.release(namespace, table, var, session=session)
-            except ServerUnavailable as exc:
-                raise unavailable(server, exc) from exc
-        rid = self._core.next_id()
-        data = release_request(rid, namespace, table, var, session)
-        return await self.request(RELEASE, rid, data)  # type: ignore[no-any-return]
+        return await self._drive(_calls.release(self, namespace, table, var, session))
 
     async def subscribe(
         self, namespace: str, table: str | None = None, *, sink: FeedSink | None = None
@@ -477,46 +311,16 @@ class AsyncLockClient:
         :meth:`~client.LockClient.subscribe`); events are read by the client's reader task
         and taken with :meth:`feed_events` or awaited with :meth:`next_feed_events` (or handed
         to ``sink``)."""
-        if self._router is not None:
-            server = self.place(namespace)
-            shard = await self.shard_client(server)
-            try:
-                theirs = await shard.subscribe(namespace, table, sink=sink)
-            except ServerUnavailable as exc:
-                raise unavailable(server, exc) from exc
-            return self._subscriptions.add(self._core.next_id(), server, theirs)
-        rid = self._core.next_id()
-        data = subscribe_request(rid, namespace, table)
-        if sink is not None:
-            self._core.feed_sinks[rid] = sink
-        try:
-            subscription: int = await self.request(SUBSCRIBE, rid, data)
-        except BaseException:
-            self._core.feed_sinks.pop(rid, None)
-            raise
-        self._core.subscriptions[subscription] = (namespace, table)
-        return subscription
+        return await self._drive(_calls.subscribe(self, namespace, table, sink))
 
     async def unsubscribe(self, subscription: int) -> bool:
         """End a subscription; False when the server did not know it."""
-        if self._router is not None:
-            where = self._subscriptions.pop(subscription)
-            if where is None:
-                await anyio.lowlevel.checkpoint()
-                return False
-            return await (await self.shard_client(where[0])).unsubscribe(where[1])
-        self._core.subscriptions.pop(subscription, None)
-        self._core.feed_sinks.pop(subscription, None)
-        rid = self._core.next_id()
-        data = unsubscribe_request(rid, subscription)
-        return await self.request(UNSUBSCRIBE, rid, data)  # type: ignore[no-any-return]
+        return await self._drive(_calls.unsubscribe(self, subscription))
 
     def feed_events(self) -> list[FeedEvent]:
         """The change-feed events received since the last call, in arrival order."""
         if self._router is not None:
-            return self._subscriptions.relabel(
-                [(server, shard.feed_events()) for server, shard in list(self._shards.items())]
-            )
+            return self._shard_feed()
         conn = self._conn
         return [] if conn is None else conn.wire.take_feed()
 
@@ -535,31 +339,14 @@ class AsyncLockClient:
         self._feed_owner._feed_ready.set()
 
     def local_statistics(self) -> ClientStatistics:
-        """Client-side counters: requests, drops, retries, reconnects, events (a client of
-        several servers: the sums over its per-server clients, and its own open sessions)."""
+        """Client-side counters (as the sync face's :meth:`~client.LockClient.local_statistics`)."""
         if self._router is not None:
-            shards = list(self._shards.values())
-            return ClientStatistics.total(
-                [s.local_statistics() for s in shards], len(self._core.open_sessions())
-            )
+            return self._shard_totals()
         conn = self._conn
         return self._core.statistics(0 if conn is None else len(conn.wire.pending))
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<AsyncLockClient {describe(self._placement.servers)} {state}>"
-
     # --- several servers: how an AsyncShardedSession finds its server's client; not for
     # applications
-
-    def place(self, namespace: str) -> ServerGroup:
-        """Router port: the server (or group) ``namespace`` lives on."""
-        return self._placement.place(namespace)
-
-    def split(self, calls: Iterable[Any]) -> list[tuple[ServerGroup, list[int], list[Any]]]:
-        """Router port: a batch's calls grouped by server (``Router.split``)."""
-        assert self._router is not None  # only sessions of several servers split
-        return self._router.split(calls)
 
     async def shard_client(self, server: ServerGroup) -> AsyncLockClient:
         """Router port: the single-entry client of ``server`` (a server or group), opened on
@@ -596,11 +383,6 @@ class AsyncLockClient:
         """Session port: the event loop's clock (``trio.current_time`` under trio), the one
         the session's deadlines and the reconnect checks use."""
         return self._hooks.now
-
-    def check_open(self) -> None:
-        """Session port: raise ClientClosed once the client is closed."""
-        if self._closed:
-            raise ClientClosed("the client is closed")
 
     def start_soon(self, fn: Callable[..., Coroutine[Any, Any, object]], *args: object) -> None:
         """Session port: run ``fn(*args)`` as a task of the client's own task group
@@ -795,17 +577,15 @@ class AsyncLockClient:
             raise not_sent(exc) from exc
 
     async def _reconnect(self) -> _Connection:
-        if self._router is not None:
-            raise LockClientError(
-                "a client of several servers sends through its per-server clients, not itself"
-            )
+        self._not_a_connection()
         async with self._connect_lock:
             self.check_open()
             conn = self._conn
             if conn is not None and conn.broken is None:
                 return conn
-            conn = await self._open(after_loss=conn is not None)
-            self._conn = conn
+            # A member of this client's entry, in the order of ``Members.round``.
+            new: _Connection = await self._drive(_calls.open_member(self, conn is not None))
+            self._conn = conn = new
             # The losses no connection could hear (a restarted server, a session whose
             # guarantee ran out meanwhile), before the keepalives re-create those sessions.
             self._core.reconnected(self._hooks.now())
@@ -814,26 +594,6 @@ class AsyncLockClient:
             for data in self._core.keepalives() + self._core.resubscriptions():
                 self._write(conn, data)
             return conn
-
-    async def _open(self, after_loss: bool) -> _Connection:
-        """A new welcomed connection to a member of this client's entry, tried in the order
-        of ``Members.round`` (one round: each member once); ``host`` and ``port`` then name
-        the member. Raises ``Members.failure`` when no member could be connected to."""
-        members = self._core.members
-        assert members is not None  # a router never connects itself (see _reconnect)
-        errors: list[tuple[ServerAddress, LockClientError]] = []
-        for address in members.round(after_loss):
-            try:
-                conn = await self._open_to(address)
-            except (ServerUnavailable, ServerError) as exc:
-                errors.append((address, exc))
-                continue
-            welcome = self._core.welcome
-            assert welcome is not None  # set by the handshake
-            members.connected(address, welcome)
-            self.host, self.port = address.host, address.port
-            return conn
-        raise members.failure(errors)
 
     async def _open_to(self, address: ServerAddress) -> _Connection:
         try:

@@ -1,5 +1,5 @@
 """The async face's sessions: :class:`AsyncSession`, the awaitable half of a
-:class:`~client._core.SessionState` (execute, execute_many, end, ``wait_lost``, ``async
+:class:`~client._session_state.SessionState` (execute, execute_many, end, ``wait_lost``, ``async
 with``) and its keepalive task.
 
 A session talks to its client only through the :class:`~client._port.AsyncSessionPort` (the
@@ -21,27 +21,52 @@ Theory of operation:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from types import TracebackType
+from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
 
 from protocol import LockLost, Statement, Welcome
 
-from ._core import BatchCall, SessionState
-from ._errors import BatchError, ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
+from ._calls import OnPart, Step, sharded_end, sharded_execute_many
+from ._errors import ClientClosed, LockClientError, ServerUnavailable
 from ._placement import ServerGroup
 from ._port import AsyncRouterPort, AsyncSessionPort
 from ._result import Result
-from ._sharding import merge_outcomes, unavailable
+from ._session_state import BatchCall, SessionState
+from ._sharding import unavailable
 from ._wire import END, EXECUTE, KEEPALIVE, batch_results
 
-__all__ = ["AsyncSession", "AsyncShardedSession"]
+__all__ = ["AsyncSession", "AsyncShardedSession", "run_async"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("client")
 
 _CLEANUP_TIMEOUT = 10.0  # bound on ending a session from a cancelled or failing block
+
+
+async def run_async(op: Generator[Step, Any, T], answer: Callable[[Step], Awaitable[Any]]) -> T:
+    """Run a call of ``_calls`` to its end, answering each step with ``await answer(step)``
+    (``_calls.run_sync`` with ``await``); one checkpoint when it took no step."""
+    value: Any = None
+    error: BaseException | None = None
+    stepped = False
+    while True:
+        try:
+            step = op.send(value) if error is None else op.throw(error)
+        except StopIteration as stop:
+            if not stepped:
+                await anyio.lowlevel.checkpoint()
+            return stop.value  # type: ignore[no-any-return]
+        stepped = True
+        value = error = None
+        try:
+            value = await answer(step)
+        except BaseException as exc:
+            error = exc
 
 
 class AsyncSession(SessionState):
@@ -309,54 +334,21 @@ class AsyncShardedSession(AsyncSession):
     async def execute_many(
         self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
     ) -> list[Result]:
-        """As :meth:`AsyncSession.execute_many`; the calls of each server go to it as one
-        batch (servers one after another), the results come back in the caller's order, and
-        a server that cannot be reached fails its calls only (as the sync face)."""
-        calls = list(calls)
-        self._check_open()
-        groups = self._router.split(calls)
-        if not groups:
-            self._router.check_open()
-            await anyio.lowlevel.checkpoint()
-            return []
-        if len(groups) > 1:
-            self._build_batch_frames(calls, min_uptime, min_trust)  # validates every call
-        parts: list[tuple[list[int], list[Result] | BaseException]] = []
-        for server, indexes, items in groups:
-            try:
-                part = await self._part(server)
-                results = await part.execute_many(items, min_uptime=min_uptime, min_trust=min_trust)
-            except ServerUnavailable as exc:
-                if len(groups) == 1:
-                    raise unavailable(server, exc) from exc
-                parts.append((indexes, unavailable(server, exc)))
-            except (BatchError, ConnectionLost) as exc:
-                if len(groups) == 1:
-                    raise
-                parts.append((indexes, exc))
-            else:
-                parts.append((indexes, results))
-        return merge_outcomes(len(calls), parts)
+        """As :meth:`AsyncSession.execute_many`, split by server as the sync face's
+        :meth:`~client._sync_session.ShardedSession.execute_many`."""
+        return await run_async(
+            sharded_execute_many(self, calls, min_uptime, min_trust), self._on_part
+        )
 
     async def end(self) -> bool:
         """End the session on every server it was used on (as the sync face's
         :meth:`~client._sync_session.ShardedSession.end`)."""
-        if self._ended:
-            await anyio.lowlevel.checkpoint()
-            return False
-        self._mark_ended()
-        existed = False
-        failure: LockClientError | None = None
-        for server, part in list(self._parts.items()):
-            try:
-                existed = await part.end() or existed
-            except ServerUnavailable as exc:
-                failure = failure or unavailable(server, exc)
-            except LockClientError as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
-        return existed
+        return await run_async(sharded_end(self), self._on_part)
+
+    async def _on_part(self, step: Step) -> Any:
+        """The driver of ``_calls``' session steps (``OnPart``)."""
+        assert type(step) is OnPart
+        return await step.call(await self._part(step.server))
 
     def _stop_keepalive(self) -> None:
         for part in list(self._parts.values()):

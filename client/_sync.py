@@ -55,54 +55,21 @@ import socket
 import ssl
 import threading
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator
 from time import monotonic
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
-import attrs
+from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage
 
-from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage, Welcome
-
-from ._core import ClientCore, ClientStatistics, FeedSink, handshake_error, not_sent
-from ._errors import (
-    ClientClosed,
-    ClientTimeout,
-    ConnectionLost,
-    LockClientError,
-    ServerError,
-    ServerUnavailable,
-)
-from ._failover import Members
-from ._inspect import listing_request, release_request, subscribe_request, unsubscribe_request
+from . import _calls
+from ._core import ClientStatistics, FeedSink, handshake_error, not_sent
+from ._errors import ClientClosed, ClientTimeout, ConnectionLost, LockClientError, ServerUnavailable
+from ._face import ClientFace
 from ._placement import ServerAddress, ServerGroup, Servers
-from ._sharding import (
-    Router,
-    Subscriptions,
-    client_groups,
-    describe,
-    join_cursor,
-    shard_servers,
-    split_cursor,
-    unavailable,
-)
+from ._sharding import shard_servers, unavailable
 from ._sync_session import Session, ShardedSession
-from ._wire import (
-    BATCH,
-    END,
-    HELLO,
-    HOLDERS,
-    PING,
-    RELEASE,
-    RETRY,
-    SESSIONS,
-    STATS,
-    SUBSCRIBE,
-    UNSUBSCRIBE,
-    WAITERS,
-    Batch,
-    Wire,
-)
+from ._wire import BATCH, HELLO, HOLDERS, RETRY, SESSIONS, WAITERS, Batch, Wire
 
 __all__ = ["LockClient"]
 
@@ -111,6 +78,7 @@ log = logging.getLogger("client")
 _RECV_SIZE = 256 * 1024
 _MIN_SOCKET_TIMEOUT = 0.001  # settimeout(0) would make the socket non-blocking
 _Resolution = tuple[Any, BaseException | None]
+T = TypeVar("T")
 
 
 def _positive(name: str, value: float) -> float:
@@ -162,7 +130,7 @@ class _Connection:
         self.broken: str | None = None  # why, once broken
 
 
-class LockClient:
+class LockClient(ClientFace[Session, "LockClient"]):
     """A blocking, thread-safe client: one TCP connection shared by every thread; or, given
     several ``servers``, one client over all of them (below).
 
@@ -195,6 +163,9 @@ class LockClient:
     current connection; :attr:`members` lists the members, learned ones included.
     """
 
+    _session_class = Session
+    _sharded_session_class = ShardedSession
+
     def __init__(
         self,
         host: str = "127.0.0.1",
@@ -207,107 +178,36 @@ class LockClient:
         token: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        groups = client_groups(host, port, servers)
-        first = groups[0].members[0]
-        #: The server of the current connection (of a group: the member in use; a client of
-        #: several servers: its first server's first member, unused).
-        self.host = first.host
-        self.port = first.port
+        self._setup(host, port, servers, client_name, token, ssl_context)
         self.timeout = _positive("timeout", timeout)
         self.connect_timeout = _positive("connect_timeout", connect_timeout)
-        self.ssl_context = ssl_context
-        # One entry (a server or a group): the members its connection may go to.
-        members = Members(groups[0]) if len(groups) == 1 else None
-        self._core = ClientCore(client_name, token, members)
-        # Several entries: the placement, and one single-entry client per entry, opened by
-        # the first call that needs it (each under its own lock, so a server that is slow to
-        # answer does not hold up opening the others).
-        router = Router(groups) if len(groups) > 1 else None
-        self._router = router
-        # Where namespaces live: the router's list, or this client's one entry (``place``,
-        # ``servers`` and ``shard`` read it either way).
-        self._placement = router if router is not None else Router(groups)
-        self._shards: dict[ServerGroup, LockClient] = {}
+        # A router's per-server clients are opened each under its own lock, so a server that
+        # is slow to answer does not hold up opening the others.
+        router = self._router
         self._shard_locks = {} if router is None else {s: threading.Lock() for s in router.servers}
-        self._subscriptions = Subscriptions()
         self._cond = threading.Condition(threading.Lock())
         self._send_lock = threading.Lock()
         self._connect_lock = threading.Lock()
         self._conn: _Connection | None = None
-        self._closed = False
         self._socket = _SocketHolder()
         self._finalizer = weakref.finalize(self, self._socket.close)
         if router is None:
             self._reconnect()
 
-    # --- public API -------------------------------------------------------------------------------
+    def _drive(self, op: Generator[_calls.Step, Any, T]) -> T:
+        """Run a call of ``_calls`` to its end with blocking calls."""
+        return _calls.run_sync(op, self._answer)
 
-    @property
-    def welcome(self) -> Welcome:
-        """The server's Welcome of the current connection (version, name, host, limits). A
-        client of several servers has one per server: ``client.shard(server).welcome``."""
-        if self._router is not None:
-            raise LockClientError(
-                "a client of several servers has one welcome per server: use "
-                "client.shard(server).welcome (or session.welcome_for(namespace))"
-            )
-        welcome = self._core.welcome
-        assert welcome is not None  # set by the constructor's handshake
-        return welcome
+    def _answer(self, step: _calls.Step) -> Any:
+        if type(step) is _calls.Call:
+            return self.request(step.kind, step.rid, step.data, self.timeout)
+        if type(step) is _calls.OnShard:
+            shard = self.shard_client(step.server)
+            return shard._drive(step.make(shard))
+        assert type(step) is _calls.OpenTo  # OnPart is a session's step
+        return self._open_to(step.address)
 
-    @property
-    def closed(self) -> bool:
-        """True after :meth:`close`."""
-        return self._closed
-
-    @property
-    def core(self) -> ClientCore:
-        """The socket-free core (request ids, open sessions, counters). Session port: what
-        a :class:`Session` builds its frames with; not for applications."""
-        return self._core
-
-    def session(
-        self,
-        max_age: float = 60.0,
-        description: str = "",
-        session_id: str | None = None,
-        *,
-        keepalive: bool = True,
-    ) -> Session:
-        """A session (a fresh uuid4 id unless ``session_id`` is given). Use it as a context
-        manager: the session is ended on exit, also on an exception. While it is open and has
-        been used, a keepalive thread pings it every ``max_age / 3`` seconds of idleness (unless
-        ``keepalive=False``), so a slow critical section does not lose its locks."""
-        self.check_open()
-        if self._router is not None:
-            return ShardedSession(self, session_id, max_age, description, keepalive)
-        return Session(self, session_id, max_age, description, keepalive)
-
-    @property
-    def servers(self) -> tuple[str, ...]:
-        """The servers of this client as configured, by their placement ids (PROTOCOL.md
-        §12): ``host:port``, or for a replicated group its members' ids sorted and joined by
-        ``,`` (e.g. ``"h1:7400,h2:7400"``)."""
-        return tuple(s.id for s in self._placement.servers)
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """The servers this client's connection may go to (``host:port``), in the order of
-        failover: its one server; for a replicated group the configured members, then those
-        learned from the welcome. The member in use is ``host:port`` (and
-        ``local_statistics().server``). A client of several servers has one list per entry:
-        ``client.shard(server).members``."""
-        members = self._core.members
-        if members is None:
-            raise LockClientError(
-                "a client of several servers has one member list per server: use "
-                "client.shard(server).members"
-            )
-        return tuple(m.id for m in members.members)
-
-    def server_for(self, namespace: str) -> str:
-        """The server (``host:port``) ``namespace`` lives on (PROTOCOL.md §12)."""
-        return self.place(namespace).id
+    # --- public API (what is not here is ClientFace's: welcome, session, servers...) -------------
 
     def shard(self, server: str) -> LockClient:
         """The single-server client of ``server`` (one of :attr:`servers`, or any configured
@@ -324,48 +224,26 @@ class LockClient:
         """Liveness check: the server's ``uptime`` and ``trust``. Touches no session. A
         client of several servers pings every one of them (ServerUnavailable naming the first
         that cannot be reached) and returns the Pong of the one with the lowest trust."""
-        if self._router is not None:
-            pongs = [self.shard_client(s).ping() for s in self._router.servers]
-            return min(pongs, key=lambda pong: pong.trust)
-        rid, data = self._core.ping()
-        return self.request(PING, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self._drive(_calls.ping(self))
 
     def statistics(self) -> dict[str, Any]:
         """The server's statistics (a nested map; PROTOCOL.md lists the keys). A client of
         several servers returns ``{server: statistics}`` for every server (ServerUnavailable
         naming the first that cannot be reached)."""
-        if self._router is not None:
-            return {s.id: self.shard_client(s).statistics() for s in self._router.servers}
-        rid, data = self._core.get_statistics()
-        return self.request(STATS, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self._drive(_calls.statistics(self))
 
     def end_session(self, session_id: str) -> bool:
         """End any session by id (all its entries go at once); False when it did not exist.
         Prefer ``session.end()`` for your own sessions. A client of several servers ends it on
         every server (True when some had it); a server that cannot be reached raises
         ServerUnavailable after the others were asked."""
-        if self._router is not None:
-            existed = False
-            failure: ServerUnavailable | None = None
-            for server in self._router.servers:
-                try:
-                    existed = self.shard_client(server).end_session(session_id) or existed
-                except ServerUnavailable as exc:
-                    failure = failure or unavailable(server, exc)
-            if failure is not None:
-                raise failure
-            return existed
-        rid, data = self._core.end_session(session_id)
-        return self.request(END, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self._drive(_calls.end_session(self, session_id))
 
     def local_statistics(self) -> ClientStatistics:
         """Client-side counters: requests, drops, retries, reconnects, events (a client of
         several servers: the sums over its per-server clients, and its own open sessions)."""
         if self._router is not None:
-            shards = list(self._shards.values())
-            return ClientStatistics.total(
-                [s.local_statistics() for s in shards], len(self._core.open_sessions())
-            )
+            return self._shard_totals()
         conn = self._conn
         with self._cond:
             in_flight = 0 if conn is None else len(conn.wire.pending)
@@ -389,10 +267,8 @@ class LockClient:
         ``.cursor`` of the next page (None at the end). With tokens, only the namespaces the
         principal may use. A client of several servers asks the namespace's server, or,
         without a namespace, each server in turn (its cursor says which)."""
-        page: HoldersPage = self._listing(
-            "holders", HOLDERS, namespace, table, var, session, match, cursor, limit
-        )
-        return page
+        args = (namespace, table, var, session, match, cursor, limit)
+        return self._drive(_calls.listing(self, "holders", HOLDERS, *args))  # type: ignore[no-any-return]
 
     def sessions(
         self,
@@ -407,10 +283,8 @@ class LockClient:
     ) -> SessionsPage:
         """A page of the sessions (filters as :meth:`holders`; ``namespace``, ``table`` and
         ``var``: of an entry the session holds): ``.sessions`` and ``.cursor``."""
-        page: SessionsPage = self._listing(
-            "sessions", SESSIONS, namespace, table, var, session, match, cursor, limit
-        )
-        return page
+        args = (namespace, table, var, session, match, cursor, limit)
+        return self._drive(_calls.listing(self, "sessions", SESSIONS, *args))  # type: ignore[no-any-return]
 
     def waiters(
         self,
@@ -425,46 +299,8 @@ class LockClient:
     ) -> WaitersPage:
         """A page of the parked transactions (filters as :meth:`holders`): ``.waiters`` and
         ``.cursor``."""
-        page: WaitersPage = self._listing(
-            "waiters", WAITERS, namespace, table, var, session, match, cursor, limit
-        )
-        return page
-
-    def _listing(
-        self,
-        kind: str,
-        wire_kind: int,
-        namespace: str | None,
-        table: str | None,
-        var: str | None,
-        session: str | None,
-        match: str | None,
-        cursor: str | None,
-        limit: int | None,
-    ) -> Any:
-        router = self._router
-        if router is None:
-            rid = self._core.next_id()
-            data = listing_request(
-                kind, rid, namespace, table, var, session=session, match=match, cursor=cursor,
-                limit=limit,
-            )  # fmt: skip
-            return self.request(wire_kind, rid, data, self.timeout)
-        args = (kind, wire_kind, namespace, table, var, session, match)
-        if namespace is not None:
-            server = self.place(namespace)
-            try:
-                return self.shard_client(server)._listing(*args, cursor, limit)
-            except ServerUnavailable as exc:
-                raise unavailable(server, exc) from exc
-        count = len(router.servers)
-        index, inner = split_cursor(cursor, count)
-        server = router.servers[index]
-        try:
-            page = self.shard_client(server)._listing(*args, inner, limit)
-        except ServerUnavailable as exc:
-            raise unavailable(server, exc) from exc
-        return attrs.evolve(page, cursor=join_cursor(index, page.cursor, count))
+        args = (namespace, table, var, session, match, cursor, limit)
+        return self._drive(_calls.listing(self, "waiters", WAITERS, *args))  # type: ignore[no-any-return]
 
     def release(
         self, namespace: str, table: str, var: str, *, session: str | None = None
@@ -474,15 +310,7 @@ class LockClient:
         admin call: with tokens, it needs a token marked ``admin = true`` (else FORBIDDEN).
         Returns how many entries went and the fence of the change. Never re-sent after a
         dropped connection (a repeat could remove a later holder's entry)."""
-        if self._router is not None:
-            server = self.place(namespace)
-            try:
-                return self.shard_client(server).release(namespace, table, var, session=session)
-            except ServerUnavailable as exc:
-                raise unavailable(server, exc) from exc
-        rid = self._core.next_id()
-        data = release_request(rid, namespace, table, var, session)
-        return self.request(RELEASE, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self._drive(_calls.release(self, namespace, table, var, session))
 
     def subscribe(
         self, namespace: str, table: str | None = None, *, sink: FeedSink | None = None
@@ -496,47 +324,19 @@ class LockClient:
         the gap are not seen (``local_statistics().connections`` tells that one happened).
         With ``sink`` (a :class:`~client._core.FeedSink`), the events go to it instead of
         :meth:`feed_events`, and it is told of reconnects."""
-        if self._router is not None:
-            server = self.place(namespace)
-            try:
-                theirs = self.shard_client(server).subscribe(namespace, table, sink=sink)
-            except ServerUnavailable as exc:
-                raise unavailable(server, exc) from exc
-            return self._subscriptions.add(self._core.next_id(), server, theirs)
-        rid = self._core.next_id()
-        data = subscribe_request(rid, namespace, table)
-        if sink is not None:
-            self._core.feed_sinks[rid] = sink
-        try:
-            subscription: int = self.request(SUBSCRIBE, rid, data, self.timeout)
-        except BaseException:
-            self._core.feed_sinks.pop(rid, None)
-            raise
-        self._core.subscriptions[subscription] = (namespace, table)
-        return subscription
+        return self._drive(_calls.subscribe(self, namespace, table, sink))
 
     def unsubscribe(self, subscription: int) -> bool:
         """End a subscription; False when the server did not know it (its connection
         dropped meanwhile, or it ended already)."""
-        if self._router is not None:
-            where = self._subscriptions.pop(subscription)
-            if where is None:
-                return False
-            return self.shard_client(where[0]).unsubscribe(where[1])
-        self._core.subscriptions.pop(subscription, None)
-        self._core.feed_sinks.pop(subscription, None)
-        rid = self._core.next_id()
-        data = unsubscribe_request(rid, subscription)
-        return self.request(UNSUBSCRIBE, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self._drive(_calls.unsubscribe(self, subscription))
 
     def feed_events(self) -> list[FeedEvent]:
         """The change-feed events received since the last call, in arrival order (an event's
         ``dropped`` counts the events the server could not send before it, because this
         client did not read fast enough)."""
         if self._router is not None:
-            return self._subscriptions.relabel(
-                [(server, shard.feed_events()) for server, shard in list(self._shards.items())]
-            )
+            return self._shard_feed()
         conn = self._conn
         if conn is None:
             return []
@@ -598,20 +398,7 @@ class LockClient:
     ) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<LockClient {describe(self._placement.servers)} {state}>"
-
     # --- several servers: how a ShardedSession finds its server's client; not for applications
-
-    def place(self, namespace: str) -> ServerGroup:
-        """Router port: the server (or group) ``namespace`` lives on."""
-        return self._placement.place(namespace)
-
-    def split(self, calls: Iterable[Any]) -> list[tuple[ServerGroup, list[int], list[Any]]]:
-        """Router port: a batch's calls grouped by server (``Router.split``)."""
-        assert self._router is not None  # only sessions of several servers split
-        return self._router.split(calls)
 
     def shard_client(self, server: ServerGroup) -> LockClient:
         """Router port: the single-entry client of ``server`` (a server or group of this
@@ -641,11 +428,6 @@ class LockClient:
         return shard
 
     # --- the session port (client._port.SessionPort): how a Session sends; not for applications
-
-    def check_open(self) -> None:
-        """Session port: raise ClientClosed once the client is closed."""
-        if self._closed:
-            raise ClientClosed("the client is closed")
 
     def request(self, kind: int, rid: int, data: bytes, timeout: float) -> Any:
         """Session port: send the framed request ``data`` (request id ``rid``, a
@@ -894,17 +676,15 @@ class LockClient:
     # --- connection lifecycle ---------------------------------------------------------------------
 
     def _reconnect(self) -> _Connection:
-        if self._router is not None:
-            raise LockClientError(
-                "a client of several servers sends through its per-server clients, not itself"
-            )
+        self._not_a_connection()
         with self._connect_lock:
             self.check_open()
             conn = self._conn
             if conn is not None and conn.broken is None:
                 return conn
-            conn = self._open(after_loss=conn is not None)
-            self._conn = conn
+            # A member of this client's entry, in the order of ``Members.round``.
+            new: _Connection = self._drive(_calls.open_member(self, conn is not None))
+            self._conn = conn = new
             self._socket.sock = conn.sock
             # The losses no connection could hear (a restarted server, a session whose
             # guarantee ran out meanwhile), before the keepalives re-create those sessions.
@@ -918,26 +698,6 @@ class LockClient:
             except OSError as exc:
                 self._break(conn, f"sending failed: {exc}")
             return conn
-
-    def _open(self, after_loss: bool) -> _Connection:
-        """A new welcomed connection to a member of this client's entry, tried in the order
-        of ``Members.round`` (one round: each member once); ``host`` and ``port`` then name
-        the member. Raises ``Members.failure`` when no member could be connected to."""
-        members = self._core.members
-        assert members is not None  # a router never connects itself (see _reconnect)
-        errors: list[tuple[ServerAddress, LockClientError]] = []
-        for address in members.round(after_loss):
-            try:
-                conn = self._open_to(address)
-            except (ServerUnavailable, ServerError) as exc:
-                errors.append((address, exc))
-                continue
-            welcome = self._core.welcome
-            assert welcome is not None  # set by the handshake
-            members.connected(address, welcome)
-            self.host, self.port = address.host, address.port
-            return conn
-        raise members.failure(errors)
 
     def _open_to(self, address: ServerAddress) -> _Connection:
         host, port = address.host, address.port

@@ -1,6 +1,6 @@
 """The sync face's sessions: :class:`Session`, the blocking half of a
-:class:`~client._core.SessionState` (execute, execute_many, end, the context manager) and its
-keepalive thread.
+:class:`~client._session_state.SessionState` (execute, execute_many, end, the context
+manager) and its keepalive thread.
 
 A session talks to its client only through the :class:`~client._port.SessionPort` (the
 client's ``request`` / ``request_batch`` / ``send_unanswered``, the same calls and no more
@@ -32,9 +32,8 @@ from typing import Any
 
 from protocol import Statement, Welcome
 
-from ._core import BatchCall, SessionState
+from ._calls import OnPart, Step, run_sync, sharded_end, sharded_execute_many
 from ._errors import (
-    BatchError,
     ClientClosed,
     ClientTimeout,
     ConnectionLost,
@@ -44,7 +43,8 @@ from ._errors import (
 from ._placement import ServerGroup
 from ._port import RouterPort, SessionPort
 from ._result import Result
-from ._sharding import merge_outcomes, unavailable
+from ._session_state import BatchCall, SessionState
+from ._sharding import unavailable
 from ._wire import END, EXECUTE, KEEPALIVE, batch_results
 
 __all__ = ["BATCH_CHUNK", "Session", "ShardedSession"]
@@ -394,58 +394,18 @@ class ShardedSession(Session):
         (servers one after another), and the results come back in the caller's order. A
         server that cannot be reached fails its calls only (ServerUnavailable in the
         BatchError's ``results``)."""
-        calls = list(calls)
-        self._check_open()
-        groups = self._router.split(calls)
-        if not groups:
-            self._router.check_open()
-            return []
-        if len(groups) > 1:
-            # Every call is validated before anything is sent, as in a one-server batch (the
-            # errors name the call's place in the whole batch).
-            self._build_batch_frames(calls, min_uptime, min_trust)
-        parts: list[tuple[list[int], list[Result] | BaseException]] = []
-        for server, indexes, items in groups:
-            try:
-                parts.append(
-                    (
-                        indexes,
-                        self._part(server).execute_many(
-                            items, min_uptime=min_uptime, min_trust=min_trust
-                        ),
-                    )
-                )
-            except ServerUnavailable as exc:
-                if len(groups) == 1:
-                    raise unavailable(server, exc) from exc
-                parts.append((indexes, unavailable(server, exc)))
-            except (BatchError, ConnectionLost, ClientTimeout) as exc:
-                if len(groups) == 1:
-                    raise
-                parts.append((indexes, exc))
-        return merge_outcomes(len(calls), parts)
+        return run_sync(sharded_execute_many(self, calls, min_uptime, min_trust), self._on_part)
 
     def end(self) -> bool:
         """End the session on every server it was used on; True when some server still had
         it. A server that cannot be reached raises ServerUnavailable once the others are
         ended (there the session expires after ``max_age``)."""
-        if self._ended:
-            return False
-        self._mark_ended()
-        with self._parts_lock:
-            parts = list(self._parts.items())
-        existed = False
-        failure: LockClientError | None = None
-        for server, part in parts:
-            try:
-                existed = part.end() or existed
-            except ServerUnavailable as exc:
-                failure = failure or unavailable(server, exc)
-            except LockClientError as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
-        return existed
+        return run_sync(sharded_end(self), self._on_part)
+
+    def _on_part(self, step: Step) -> Any:
+        """The driver of ``_calls``' session steps (``OnPart``)."""
+        assert type(step) is OnPart
+        return step.call(self._part(step.server))
 
     def _stop_keepalive(self) -> None:
         for part in list(self._parts.values()):

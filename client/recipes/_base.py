@@ -42,10 +42,10 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
-from client._core import SessionState
 from client._errors import ClientTimeout, LockClientError
 from client._inspect import describe_holders
 from client._result import Result
+from client._session_state import SessionState
 from protocol import (
     Abort,
     Assert,

@@ -33,9 +33,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Generic
 
-from client._core import SessionState
 from client._errors import ClientTimeout
 from client._result import Result
+from client._session_state import SessionState
 from protocol import (
     AnywayContinueAfter,
     Assert,

@@ -37,7 +37,7 @@ import threading
 from collections.abc import Hashable
 from typing import Any, Generic, TypeVar
 
-from client._core import SessionState
+from client._session_state import SessionState
 
 from ._base import LockLostError, OnLost, RecipeCore, S, check_name, seconds
 from ._ops import Op, acquire, locked, release

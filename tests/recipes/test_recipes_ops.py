@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 import pytest
 
 from client import ClientTimeout, ErrorCode, Mutex, Result, ServerError
-from client._core import ClientCore, SessionState
+from client._core import ClientCore
+from client._session_state import SessionState
 from client.recipes import _ops
 from client.recipes._base import MAX_LATE_GRANTS, LockLostError
 from protocol import Cause, Status, TransactionResult
