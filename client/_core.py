@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -72,14 +72,12 @@ from ._errors import LockClientError, ServerError, ServerUnavailable
 from ._failover import Members
 from ._inspect import subscribe_request
 
-if TYPE_CHECKING:
-    from ._session_state import SessionState
-
 __all__ = [
     "ClientCore",
     "ClientStatistics",
     "FailureLog",
     "FeedSink",
+    "OpenSession",
     "encode_request",
     "handshake_error",
     "not_sent",
@@ -103,6 +101,24 @@ class FeedSink(Protocol):
     def connection_lost(self) -> None:
         """The connection the subscription was on is gone (it is made again by the next
         request, which reconnects)."""
+
+
+class OpenSession(Protocol):
+    """What the core asks of a session registered with it: the seam to
+    :class:`~client._session_state.SessionState`, which implements it (named here so that
+    this module does not import the session module, which imports this one)."""
+
+    _namespace: str | None
+    _valid_deadline: float | None
+
+    @property
+    def id(self) -> str: ...
+
+    def _deliver(self, event: LockLost) -> None: ...
+
+    def _build_keepalive(self) -> tuple[int, bytes] | None: ...
+
+    def _stop_keepalive(self) -> None: ...
 
 
 @attrs.frozen
@@ -167,7 +183,7 @@ class ClientCore:
         # have theirs).
         self.members = members
         self._ids = itertools.count(1)
-        self.sessions: dict[str, list[SessionState]] = {}
+        self.sessions: dict[str, list[OpenSession]] = {}
         self.welcome: Welcome | None = None
         # Change-feed subscriptions in force: id (the subscribe's request id) -> (namespace,
         # table); made again on every new connection (``resubscriptions``).
@@ -285,10 +301,10 @@ class ClientCore:
 
     # --- sessions and events --------------------------------------------------------------------
 
-    def register_session(self, state: SessionState) -> None:
+    def register_session(self, state: OpenSession) -> None:
         self.sessions.setdefault(state.id, []).append(state)
 
-    def unregister_session(self, state: SessionState) -> None:
+    def unregister_session(self, state: OpenSession) -> None:
         states = self.sessions.get(state.id)
         if states is not None and state in states:
             states.remove(state)
@@ -305,7 +321,7 @@ class ClientCore:
             for state in list(states):
                 state._deliver(event)
 
-    def open_sessions(self) -> list[SessionState]:
+    def open_sessions(self) -> list[OpenSession]:
         return [s for states in self.sessions.values() for s in states]
 
     def statistics(self, in_flight: int) -> ClientStatistics:
