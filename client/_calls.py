@@ -76,6 +76,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+S = TypeVar("S")  # a step
 
 
 class Call:
@@ -135,9 +136,9 @@ Step = Call | OnShard | OpenTo | OnPart
 Op = Generator[Step, Any, T]
 
 
-def run_sync(op: Op[T], answer: Callable[[Step], Any]) -> T:
+def run_sync(op: Generator[S, Any, T], answer: Callable[[S], Any]) -> T:
     """Run ``op`` to its end, answering each step with ``answer(step)`` (the sync face's
-    driver; the async face writes the same loop with ``await``)."""
+    driver; the async face writes the same loop with ``await``: ``run_async``)."""
     value: Any = None
     error: BaseException | None = None
     while True:

@@ -22,7 +22,7 @@ from ._errors import ClientClosed, LockClientError
 from ._failover import Members
 from ._placement import ServerGroup, Servers
 from ._session_state import SessionState
-from ._sharding import Router, Subscriptions, client_groups, describe
+from ._sharding import Router, Subscriptions, client_groups, describe, shard_servers
 
 __all__ = ["ClientFace"]
 
@@ -40,6 +40,8 @@ class ClientFace(Generic[SessionT, ShardT]):
     #: session_id, max_age, description, keepalive)``.
     _session_class: ClassVar[type[Any]]
     _sharded_session_class: ClassVar[type[Any]]
+    #: Bounds connecting and the handshake (seconds; the face validates it).
+    connect_timeout: float
 
     def _setup(
         self,
@@ -144,6 +146,29 @@ class ClientFace(Generic[SessionT, ShardT]):
         """The server (``host:port``) ``namespace`` lives on (PROTOCOL.md §12)."""
         return self.place(namespace).id
 
+    def local_statistics(self) -> ClientStatistics:
+        """Client-side counters: requests, drops, retries, reconnects, events (a client of
+        several servers: the sums over its per-server clients, and its own open sessions)."""
+        if self._router is not None:
+            return self._shard_totals()
+        return self._core.statistics(self._in_flight())
+
+    def feed_events(self) -> list[FeedEvent]:
+        """The change-feed events received since the last call, in arrival order (an event's
+        ``dropped`` counts the events the server could not send before it, because this
+        client did not read fast enough)."""
+        if self._router is not None:
+            return self._shard_feed()
+        return self._take_feed()
+
+    def _in_flight(self) -> int:
+        """The requests in flight on the face's connection (0 without one)."""
+        raise NotImplementedError
+
+    def _take_feed(self) -> list[FeedEvent]:
+        """The feed events the face's connection has received since the last call."""
+        raise NotImplementedError
+
     def _shard_totals(self) -> ClientStatistics:
         """A router's ``local_statistics()``: the sums over its per-server clients, and its
         own open sessions."""
@@ -172,6 +197,16 @@ class ClientFace(Generic[SessionT, ShardT]):
         assert self._router is not None  # only sessions of several servers split
         return self._router.split(calls)
 
+    def _shard_options(self, server: ServerGroup) -> dict[str, Any]:
+        """The options of the single-entry client of ``server``: this client's own."""
+        return {
+            "servers": shard_servers(server),
+            "client_name": self._core.client_name,
+            "connect_timeout": self.connect_timeout,
+            "token": self._core.token,
+            "ssl_context": self.ssl_context,
+        }
+
     def _not_a_connection(self) -> None:
         """Raise when a router is asked to connect itself (it sends through its per-server
         clients)."""
@@ -179,6 +214,22 @@ class ClientFace(Generic[SessionT, ShardT]):
             raise LockClientError(
                 "a client of several servers sends through its per-server clients, not itself"
             )
+
+    # --- connecting -------------------------------------------------------------------------------
+
+    def _reconnected(self, now: float) -> list[bytes]:
+        """A new connection is up (at ``now``, the face's clock): report the losses no
+        connection could hear (a restarted server, a session whose guarantee ran out
+        meanwhile), then return the frames the face sends on it at once, before anything
+        else: the open sessions' keepalives (so its LockLost events come here and their idle
+        timers restart) and the subscriptions made again; their replies are dropped by id."""
+        self._core.reconnected(now)
+        return self._core.keepalives() + self._core.resubscriptions()
+
+    def _stop_keepalives(self) -> None:
+        """Closing: stop every open session's keepalive (the sessions are not ended)."""
+        for state in self._core.open_sessions():
+            state._stop_keepalive()
 
     # --- the session port -------------------------------------------------------------------------
 
