@@ -30,25 +30,35 @@ import anyio.lowlevel
 
 from protocol import LockLost, Statement, Welcome
 
-from ._calls import OnPart, Step, sharded_end, sharded_execute_many
+from ._calls import (
+    Call,
+    OnPart,
+    Step,
+    resend_deferred,
+    session_end,
+    sharded_end,
+    sharded_execute,
+    sharded_execute_many,
+)
 from ._errors import ClientClosed, LockClientError, ServerUnavailable
 from ._placement import ServerGroup
 from ._port import AsyncRouterPort, AsyncSessionPort
 from ._result import Result
-from ._session_state import BatchCall, SessionState
+from ._session_state import BatchCall, SessionState, ShardedParts
 from ._sharding import unavailable
-from ._wire import END, EXECUTE, KEEPALIVE, batch_results
+from ._wire import EXECUTE, KEEPALIVE, batch_results
 
 __all__ = ["AsyncSession", "AsyncShardedSession", "run_async"]
 
 T = TypeVar("T")
+S = TypeVar("S")  # a step
 
 log = logging.getLogger("client")
 
 _CLEANUP_TIMEOUT = 10.0  # bound on ending a session from a cancelled or failing block
 
 
-async def run_async(op: Generator[Step, Any, T], answer: Callable[[Step], Awaitable[Any]]) -> T:
+async def run_async(op: Generator[S, Any, T], answer: Callable[[S], Awaitable[Any]]) -> T:
     """Run a call of ``_calls`` to its end, answering each step with ``await answer(step)``
     (``_calls.run_sync`` with ``await``); one checkpoint when it took no step."""
     value: Any = None
@@ -144,15 +154,7 @@ class AsyncSession(SessionState):
         return result
 
     async def _send_deferred(self) -> None:
-        """Send the deferred cleanups again (``defer_cleanup``); those that fail once more
-        are kept for the next call."""
-        pending = self._take_deferred()
-        for i, (namespace, statements) in enumerate(pending):
-            try:
-                await self.execute(namespace, statements)
-            except LockClientError:
-                self._deferred[:0] = pending[i:]
-                return
+        await run_async(resend_deferred(self), lambda call: self.execute(*call))
 
     async def execute_many(
         self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
@@ -178,15 +180,10 @@ class AsyncSession(SessionState):
     async def end(self) -> bool:
         """End the session now, as the sync face's :meth:`~client.Session.end`: True when
         the server still had it, False without a call when ended already."""
-        built = self._start_end()
-        if built is None:
-            await anyio.lowlevel.checkpoint()
-            return False
-        try:
-            existed: bool = await self._client.request(END, *built)
-        finally:
-            self._mark_ended()
-        return existed
+        return await run_async(session_end(self), self._request)
+
+    async def _request(self, call: Call) -> Any:
+        return await self._client.request(call.kind, call.rid, call.data)
 
     async def wait_lost(self) -> LockLost:
         """Wait until a LockLost event has arrived for this session (returns at once if one
@@ -254,7 +251,7 @@ class AsyncSession(SessionState):
                     self._keepalive_failed(exc, self._now(), interval)
 
 
-class AsyncShardedSession(AsyncSession):
+class AsyncShardedSession(ShardedParts, AsyncSession):
     """A session of an :class:`AsyncLockClient` of several servers: one id, and on each
     server it touches an ordinary :class:`AsyncSession` with that id (its *part*), as the
     sync face's :class:`~client._sync_session.ShardedSession`."""
@@ -270,15 +267,6 @@ class AsyncShardedSession(AsyncSession):
         super().__init__(client, session_id, max_age, description, keepalive)
         self._router = client
         self._parts: dict[ServerGroup, AsyncSession] = {}
-
-    def _guaranteed_until(self, namespace: str) -> float | None:
-        part = self._parts.get(self._router.place(namespace))
-        return None if part is None else part._guaranteed_until(namespace)
-
-    @property
-    def servers(self) -> tuple[str, ...]:
-        """The servers (or groups) this session has been used on so far, by id."""
-        return tuple(server.id for server in self._parts)
 
     async def welcome_for(self, namespace: str) -> Welcome:
         return (await self._part(self._router.place(namespace)))._client.welcome
@@ -311,23 +299,10 @@ class AsyncShardedSession(AsyncSession):
         transaction_id: str | None = None,
         wait: float | None = None,
     ) -> Result:
-        self._check_open()
         if self._deferred:
             await self._send_deferred()
-        server = self._router.place(namespace)
-        part = await self._part(server)
-        try:
-            return await part.execute(
-                namespace,
-                statements,
-                min_uptime=min_uptime,
-                min_trust=min_trust,
-                description=description,
-                transaction_id=transaction_id,
-                wait=wait,
-            )
-        except ServerUnavailable as exc:
-            raise unavailable(server, exc) from exc
+        options = (min_uptime, min_trust, description, transaction_id, wait)
+        return await run_async(sharded_execute(self, namespace, statements, options), self._on_part)
 
     execute.__doc__ = AsyncSession.execute.__doc__
 
@@ -349,7 +324,3 @@ class AsyncShardedSession(AsyncSession):
         """The driver of ``_calls``' session steps (``OnPart``)."""
         assert type(step) is OnPart
         return await step.call(await self._part(step.server))
-
-    def _stop_keepalive(self) -> None:
-        for part in list(self._parts.values()):
-            part._stop_keepalive()

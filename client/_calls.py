@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from protocol import Pong, Released
+from protocol import Pong, Released, Statement
 
 from ._errors import (
     BatchError,
@@ -68,7 +68,10 @@ __all__ = [
     "open_member",
     "ping",
     "release",
+    "resend_deferred",
+    "session_end",
     "sharded_end",
+    "sharded_execute",
     "sharded_execute_many",
     "statistics",
     "subscribe",
@@ -324,7 +327,57 @@ def open_member(c: Face, after_loss: bool) -> Generator[OpenTo, Any, Any]:
     raise members.failure(errors)
 
 
+# --- a session ----------------------------------------------------------------------------------
+
+
+def session_end(s: Any) -> Generator[Call, Any, bool]:
+    """``end()`` of a session on one server (``s``: a session of either face): True when the
+    server still had it; False without a call when it has ended already. The session is
+    ended whatever the call does."""
+    built = s._start_end()
+    if built is None:
+        return False
+    try:
+        existed: bool = yield Call(END, *built)
+    finally:
+        s._mark_ended()
+    return existed
+
+
+def resend_deferred(s: Any) -> Generator[tuple[str, list[Statement]], Any, None]:
+    """Send a session's deferred cleanups again (``defer_cleanup``): yields each as
+    ``(namespace, statements)`` for the face to ``execute``; those that fail once more (a
+    LockClientError thrown in) are kept for the next call."""
+    pending = s._take_deferred()
+    for i, call in enumerate(pending):
+        try:
+            yield call
+        except LockClientError:
+            s._deferred[:0] = pending[i:]
+            return
+
+
 # --- a session over several servers ------------------------------------------------------------
+
+
+def sharded_execute(
+    s: Any, namespace: str, statements: Iterable[Statement], options: tuple[Any, ...]
+) -> Op[Result]:
+    """``execute`` of a session of several servers: on the part of ``namespace``'s server.
+    ``options``: ``execute``'s ``(min_uptime, min_trust, description, transaction_id,
+    wait)``."""
+    s._check_open()
+    server = s._router.place(namespace)
+    min_uptime, min_trust, description, transaction_id, wait = options
+    execute = methodcaller(
+        "execute", namespace, statements, min_uptime=min_uptime, min_trust=min_trust,
+        description=description, transaction_id=transaction_id, wait=wait,
+    )  # fmt: skip
+    try:
+        result: Result = yield OnPart(server, execute)
+    except ServerUnavailable as exc:
+        raise unavailable(server, exc) from exc
+    return result
 
 
 def sharded_execute_many(

@@ -41,8 +41,9 @@ from ._result import Result
 
 if TYPE_CHECKING:
     from ._core import ClientCore
+    from ._placement import ServerGroup
 
-__all__ = ["MAX_DEFERRED", "BatchCall", "LostListener", "SessionState"]
+__all__ = ["MAX_DEFERRED", "BatchCall", "LostListener", "SessionState", "ShardedParts"]
 
 log = logging.getLogger("client")
 
@@ -327,6 +328,33 @@ class SessionState:
     def _mark_ended(self) -> None:
         self._ended = True
         self._core.unregister_session(self)
+
+
+class ShardedParts:
+    """What a session of several servers (either face's) adds to its face's session: one
+    ordinary session per server it touches (its *parts*, made by the face), and what reads
+    them. Listed first among the bases, so these override the one-server versions."""
+
+    _router: Any  # the client of several servers: its RouterPort
+    _parts: dict[ServerGroup, Any]
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """The servers (or groups) this session has been used on so far, by id."""
+        return tuple(server.id for server in self._parts)
+
+    def server_for(self, namespace: str) -> str:
+        """The server (``host:port``, a group: its id) this session's calls in ``namespace``
+        go to."""
+        return self._router.place(namespace).id  # type: ignore[no-any-return]
+
+    def _guaranteed_until(self, namespace: str) -> float | None:
+        part = self._parts.get(self._router.place(namespace))
+        return None if part is None else part._guaranteed_until(namespace)
+
+    def _stop_keepalive(self) -> None:
+        for part in list(self._parts.values()):
+            part._stop_keepalive()
 
 
 def _ended_error(session_id: str) -> LockClientError:

@@ -32,20 +32,27 @@ from typing import Any
 
 from protocol import Statement, Welcome
 
-from ._calls import OnPart, Step, run_sync, sharded_end, sharded_execute_many
+from ._calls import (
+    OnPart,
+    Step,
+    resend_deferred,
+    run_sync,
+    session_end,
+    sharded_end,
+    sharded_execute,
+    sharded_execute_many,
+)
 from ._errors import (
     ClientClosed,
     ClientTimeout,
     ConnectionLost,
     LockClientError,
-    ServerUnavailable,
 )
 from ._placement import ServerGroup
 from ._port import RouterPort, SessionPort
 from ._result import Result
-from ._session_state import BatchCall, SessionState
-from ._sharding import unavailable
-from ._wire import END, EXECUTE, KEEPALIVE, batch_results
+from ._session_state import BatchCall, SessionState, ShardedParts
+from ._wire import EXECUTE, KEEPALIVE, batch_results
 
 __all__ = ["BATCH_CHUNK", "Session", "ShardedSession"]
 
@@ -138,15 +145,7 @@ class Session(SessionState):
         return result
 
     def _send_deferred(self) -> None:
-        """Send the deferred cleanups again (``defer_cleanup``); those that fail once more
-        are kept for the next call."""
-        pending = self._take_deferred()
-        for i, (namespace, statements) in enumerate(pending):
-            try:
-                self.execute(namespace, statements)
-            except LockClientError:
-                self._deferred[:0] = pending[i:]
-                return
+        run_sync(resend_deferred(self), lambda call: self.execute(*call))
 
     def execute_many(
         self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
@@ -218,14 +217,10 @@ class Session(SessionState):
         """End the session now: the server removes all its entries at once. True when the
         server still had it. Ending twice returns False without a call. If the connection
         drops with the request in flight it is re-sent once, and may then answer False."""
-        built = self._start_end()
-        if built is None:
-            return False
-        try:
-            existed: bool = self._client.request(END, *built, self._client.timeout)
-        finally:
-            self._mark_ended()
-        return existed
+        client = self._client
+        return run_sync(
+            session_end(self), lambda c: client.request(c.kind, c.rid, c.data, client.timeout)
+        )
 
     def __enter__(self) -> Session:
         return self
@@ -304,7 +299,7 @@ def _keepalive_loop(ref: weakref.ref[Session], stop: threading.Event, interval: 
             stop.wait(delay)
 
 
-class ShardedSession(Session):
+class ShardedSession(ShardedParts, Session):
     """A session of a :class:`LockClient` of several servers: one id, and on each server it
     touches an ordinary :class:`Session` with that id (its *part*), made by its first call
     there, with its own keepalive and ``valid_until``. Lost events of every part reach this
@@ -324,14 +319,6 @@ class ShardedSession(Session):
         self._router = client
         self._parts: dict[ServerGroup, Session] = {}
         self._parts_lock = threading.Lock()
-
-    @property
-    def servers(self) -> tuple[str, ...]:
-        """The servers (or groups) this session has been used on so far, by id."""
-        return tuple(server.id for server in self._parts)
-
-    def server_for(self, namespace: str) -> str:
-        return self._router.place(namespace).id
 
     def welcome_for(self, namespace: str) -> Welcome:
         return self._part(self._router.place(namespace))._client.welcome
@@ -362,26 +349,10 @@ class ShardedSession(Session):
         transaction_id: str | None = None,
         wait: float | None = None,
     ) -> Result:
-        self._check_open()
-        server = self._router.place(namespace)
-        try:
-            return self._part(server).execute(
-                namespace,
-                statements,
-                min_uptime=min_uptime,
-                min_trust=min_trust,
-                description=description,
-                transaction_id=transaction_id,
-                wait=wait,
-            )
-        except ServerUnavailable as exc:
-            raise unavailable(server, exc) from exc
+        options = (min_uptime, min_trust, description, transaction_id, wait)
+        return run_sync(sharded_execute(self, namespace, statements, options), self._on_part)
 
     execute.__doc__ = Session.execute.__doc__
-
-    def _guaranteed_until(self, namespace: str) -> float | None:
-        part = self._parts.get(self._router.place(namespace))
-        return None if part is None else part._guaranteed_until(namespace)
 
     def defer_cleanup(self, namespace: str, statements: list[Statement]) -> None:
         """As :meth:`Session.defer_cleanup`, on the part of ``namespace``'s server."""
@@ -406,7 +377,3 @@ class ShardedSession(Session):
         """The driver of ``_calls``' session steps (``OnPart``)."""
         assert type(step) is OnPart
         return step.call(self._part(step.server))
-
-    def _stop_keepalive(self) -> None:
-        for part in list(self._parts.values()):
-            part._stop_keepalive()

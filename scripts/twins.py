@@ -30,6 +30,7 @@ __all__ = ["MIN_WORD_CHARS", "PAIRS", "measure", "normalise", "shared_lines"]
 #: The face pairs of the client (sync file, async file), relative to the repository root.
 PAIRS: tuple[tuple[str, str], ...] = (
     ("client/_sync.py", "client/_async.py"),
+    ("client/_sync_conn.py", "client/_async_conn.py"),
     ("client/_sync_session.py", "client/_async_session.py"),
     ("client/recipes/_sync.py", "client/recipes/_async.py"),
     ("client/recipes/_sync_coord.py", "client/recipes/_async_coord.py"),
