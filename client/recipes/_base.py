@@ -8,7 +8,9 @@ I/O (time is passed in as ``now``). The operations that feed it (acquire with it
 release, probe, refresh, leaving a block) are written once in ``_ops``; the sync and async
 faces (``_sync`` / ``_async``) add only a driver for them, their clock and their way of
 signalling a loss. Each recipe kind (``_kinds``) adds the statements it sends. The errors,
-argument checks and constants are ``_values``' (re-exported here).
+argument checks and constants are ``_values``' (re-exported here); telling which ``LockLost``
+events are about the grant is ``_lost``' (:class:`~client.recipes._lost.LostTracking`, this
+class's base).
 
 Rules kept:
 - One lock object is **one holder**: ``acquire`` while it holds (or is acquiring) is misuse
@@ -34,13 +36,12 @@ Rules kept:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import uuid
 from collections import deque
 from collections.abc import Sequence
-from typing import ClassVar, Generic
+from typing import ClassVar
 
 from client._errors import ClientTimeout
 from client._inspect import describe_holders
@@ -54,11 +55,11 @@ from protocol import (
     Exists,
     HolderInfo,
     LockLost,
-    LostReason,
     SelectOperatorValue,
     Statement,
 )
 
+from ._lost import LostTracking
 from ._values import (
     CLEANUP_TIMEOUT,
     DEFAULT_MAX_WAIT,
@@ -94,11 +95,8 @@ __all__ = [
 
 log = logging.getLogger("client.recipes")
 
-# Reasons of the entry-less events a client makes at a reconnect (every grant is lost).
-_WHOLE_SESSION = frozenset({LostReason.RESTARTED, LostReason.EXPIRED})
 
-
-class RecipeCore(Generic[S]):
+class RecipeCore(LostTracking[S]):
     """State shared by every recipe. Subclasses (the kinds) say what to send; the faces send.
 
     Public read-only state: ``namespace``, ``name``, ``held``, ``fence``, ``ticket``,
@@ -470,67 +468,6 @@ class RecipeCore(Generic[S]):
             if newly:
                 self._signal_lost()
         self._check()
-
-    # --- lost events --------------------------------------------------------------------------
-
-    def _listen(self) -> None:
-        with self._mu:
-            if self._listening:
-                return
-            self._listening = True
-        self._session.add_lost_listener(self._on_event)
-
-    def _unlisten(self) -> None:
-        with self._mu:
-            if not self._listening or self._acquiring or self._fence is not None:
-                return
-            self._listening = False
-        with contextlib.suppress(ValueError):  # removed twice: harmless
-            self._session.remove_lost_listener(self._on_event)
-
-    def _matches(self, event: LockLost, fence: int) -> bool:
-        if not event.entries:
-            # The client's notice at a reconnect: every grant of the session is gone. (A
-            # server's EXPIRED with no entries says the session held none: a grant still
-            # believed held was not in it either.)
-            return event.reason in _WHOLE_SESSION
-        if event.reason is LostReason.TTL and not self.TTL_IS_LOSS:
-            return False
-        variables = self._variables()
-        ns = self.namespace
-        later = self.MATCH_LATER
-        return any(
-            e_ns == ns
-            and (e_fence == fence or (later and e_fence > fence))
-            and (e_table, e_var) in variables
-            for e_ns, e_table, e_var, e_fence in event.entries
-        )
-
-    def _on_event(self, event: LockLost) -> None:
-        """The session's lost listener (reader thread / reader task): quick, no calls."""
-        with self._mu:
-            fence = self._fence
-            if fence is None:
-                if self._acquiring and event.entries:  # not a reconnect's notice: see header
-                    self._early.append(event)
-                return
-            if self._lost or not self._matches(event, fence):
-                return
-        self._mark_lost(event)
-
-    def _mark_lost(self, event: LockLost) -> None:
-        with self._mu:
-            if self._lost:
-                return
-            self._lost = True
-            self._lost_info = event
-        self._signal_lost()
-        callback = self.on_lost
-        if callback is not None:
-            try:
-                callback(event)
-            except Exception:
-                log.exception("on_lost callback %r of %r raised", callback, self)
 
     # --- what the faces provide ---------------------------------------------------------------
 

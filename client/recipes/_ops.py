@@ -48,7 +48,7 @@ from protocol import Statement
 
 from ._base import LockLostError, RecipeCore, max_wait_of
 from ._feed import Emit, NextFeed, SubscribeFeed, UnsubscribeFeed
-from ._kinds import TaskClaimKind, task_state
+from ._task_kinds import TaskClaimKind, task_state
 
 __all__ = [
     "NOW",

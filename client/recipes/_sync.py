@@ -35,11 +35,10 @@ from ._kinds import (
     MutexKind,
     ReadKind,
     SemaphoreKind,
-    TaskClaimKind,
-    TimeWindowKind,
     WriteKind,
 )
 from ._multi import MultiLockBase, ReadWriteBase
+from ._task_kinds import TaskClaimKind, TimeWindowKind
 
 __all__ = [
     "LockSet",
