@@ -34,7 +34,6 @@ from ._async import AsyncLockClient as AsyncLockClient
 from ._async import open_lock_client as open_lock_client
 from ._async_session import AsyncSession as AsyncSession
 from ._core import ClientStatistics as ClientStatistics
-from ._core import LostListener as LostListener
 from ._errors import AccessDenied as AccessDenied
 from ._errors import BatchError as BatchError
 from ._errors import ClientClosed as ClientClosed
@@ -49,6 +48,7 @@ from ._inspect import describe_holders as describe_holders
 from ._inspect import iso_utc as iso_utc
 from ._inspect import to_json as record_json
 from ._result import Result as Result
+from ._session_state import LostListener as LostListener
 from ._sync import LockClient as LockClient
 from ._sync_session import Session as Session
 from .recipes import AsyncBarrier as AsyncBarrier

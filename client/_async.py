@@ -9,130 +9,48 @@ tasks, cancel scopes, timeouts, the clock and socket readiness all come from any
 uses the running loop's own.
 
 Sessions (:class:`AsyncSession`, its execute/end, ``wait_lost`` and its keepalive task) are in
-``_async_session.py``: they change with the session API, this module with the connection
-machinery. The client creates them and stops their keepalive on shutdown. A session sees its
+``_async_session.py``: they change with the session API, this module with the public
+calls. The client creates them and stops their keepalive on shutdown. A session sees its
 client only as a :class:`~client._port.AsyncSessionPort`, which :class:`AsyncLockClient`
 implements (``core``, ``check_open``, ``request``, ``request_batch``, ``start_soon``, and the
 public calls); this module imports the session module, never the other way round.
 
-Theory of operation:
-- A *reader task* (in the client's own task group) reads the socket, feeds the core's
-  :class:`~client._wire.Wire` and hands each reply to the slot of the request with that id,
-  which wakes its caller; LockLost events go to the sessions' listeners from this task.
-- A caller registers its slot and writes its frame **in one synchronous step** (a plain
-  non-blocking ``send`` on the socket; whatever the kernel does not take is queued in order and
-  flushed by a writer task). There is no checkpoint between registering and writing, so a
-  request is either entirely queued or not at all, whatever cancellation does. A write that
-  fails before any byte of it went out (the connection died and the reader has not noticed
-  yet) breaks the connection, and the request goes to a new one: nothing of it ran, as the
-  sync face also knows.
-- The caller then parks on its slot (``_loops``: the running loop's own parking, chosen once
-  per client, so the per-request path pays no anyio indirection; under trio it is
-  ``wait_task_rescheduled``). If it is cancelled before its reply arrives, it removes the
-  slot from the table: the late reply is dropped by id. If the request was a
-  waiting Execute (``wait=``), a Cancel for it is written as well, so the server does not keep
-  it parked. (Under asyncio a cancellation can land just after the reply did: that reply is
-  counted as dropped, and the caller sees the cancellation, as if it had come first.)
-- A batch (``execute_many``) is the same step for all its calls at once: every call is
-  registered (one core ``Batch`` waiter for all), the frames go out in one write, and the
-  caller waits once; the reader wakes it when the last call is settled. A cancelled
-  batch abandons every call still in flight.
-- I/O: a stdlib socket in non-blocking mode driven by ``anyio.wait_readable`` /
-  ``wait_writable`` (connected here, address by address). Measured against a stream with a
-  send lock (benchmarks/client_rtt.py, report of issue #3): the synchronous write saves a lock
-  and two scheduler round trips per request.
-- TLS (``ssl_context=``): the same socket wrapped by ``ssl_context.wrap_socket`` in
-  non-blocking mode, the handshake driven by the same readiness waits; the loops below only
-  add TLS's own "try again" exceptions to the plain ones, so the plain path is unchanged.
-- The reader breaks the connection as soon as the stream announces its end (a closing
-  connection-level error such as ``SHUTTING_DOWN``, or garbage), not only at EOF: a call made
-  afterwards goes to a new connection (no server: ServerUnavailable "not sent"), never to a
-  server that no longer reads.
-- A reconnect reports the losses no connection could hear (``ClientCore.reconnected``: a
-  restarted server, an expired session guarantee) before its keepalives are written.
-- A (re)connect goes to a member of the client's entry (a server, or a replicated group's
-  replicas) in the order ``_failover.Members`` gives: one round, each member once; ``host``
-  and ``port`` then name the member in use.
-- Reconnect, retry and error rules are the core's (see ``_core`` and ``_wire``).
+The calls are written once as steps (``_calls``) and the state and what reads it once
+(``_face.ClientFace``); this module only **drives** them with awaited calls and adds what is
+the async face's own (``open_lock_client``, ``next_feed_events``, the session port's task
+group and clock). The connection machinery (the reader and writer tasks, register-and-write,
+cancellation, TLS, connect, break, reconnect) is ``_async_conn.AsyncConnector``,
+AsyncLockClient's base, and its theory of operation is written there.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-import socket
 import ssl
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import attrs
 
-from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage, Welcome
+from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage
 
-from ._async_session import AsyncSession, AsyncShardedSession
-from ._core import ClientCore, ClientStatistics, FeedSink, handshake_error, not_sent
-from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerError, ServerUnavailable
-from ._failover import Members
-from ._inspect import listing_request, release_request, subscribe_request, unsubscribe_request
-from ._loops import CLOSED, Slot, hooks_for_running_loop
-from ._placement import ServerAddress, ServerGroup, Servers
-from ._sharding import (
-    Router,
-    Subscriptions,
-    client_groups,
-    describe,
-    join_cursor,
-    shard_servers,
-    split_cursor,
-    unavailable,
-)
-from ._wire import (
-    END,
-    HELLO,
-    HOLDERS,
-    PING,
-    RELEASE,
-    RETRY,
-    SESSIONS,
-    STATS,
-    SUBSCRIBE,
-    UNSUBSCRIBE,
-    WAITERS,
-    Batch,
-    Wire,
-)
+from . import _calls
+from ._async_conn import AsyncConnector
+from ._async_session import AsyncSession, AsyncShardedSession, run_async
+from ._core import FeedSink
+from ._errors import ServerUnavailable
+from ._placement import ServerGroup, Servers
+from ._sharding import unavailable
+from ._wire import HOLDERS, SESSIONS, WAITERS
 
 __all__ = ["AsyncLockClient", "open_lock_client"]
 
 log = logging.getLogger("client")
-
-_RECV_SIZE = 256 * 1024
-_READS_PER_CHECKPOINT = 16  # a flooding server must not starve the other tasks
-# "Try again later" of a non-blocking socket, plain or TLS (an SSLSocket raises its own kinds).
-_WOULD_BLOCK_READ = (BlockingIOError, ssl.SSLWantReadError)
-_WOULD_BLOCK_WRITE = (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError)
-
-
-class _NotSent(ConnectionLost):
-    """The connection broke on the very write of a request: nothing of it went out, so it is
-    safe to send on a new connection (``request`` / ``request_batch`` do)."""
-
-
-class _Connection:
-    """One TCP connection of an AsyncLockClient."""
-
-    __slots__ = ("broken", "outbuf", "sock", "wire")
-
-    def __init__(self, sock: socket.socket, wire: Wire[Slot]) -> None:
-        self.sock = sock
-        self.wire = wire
-        self.outbuf = bytearray()  # bytes the kernel did not take yet; a writer task flushes
-        self.broken: str | None = None
+T = TypeVar("T")
 
 
 @asynccontextmanager
@@ -192,9 +110,15 @@ async def open_lock_client(
         raise failure
 
 
-class AsyncLockClient:
+class AsyncLockClient(AsyncConnector[AsyncSession, "AsyncLockClient"]):
     """An async client (trio or asyncio); create it with :func:`open_lock_client`. Safe to
-    share between the tasks of its event loop."""
+    share between the tasks of its event loop. What is not written here (``welcome``,
+    ``session``, ``servers``, ``members``...) is :class:`~client._face.ClientFace`'s, as the
+    sync face's."""
+
+    _SHARD_HINT = "(await client.shard(server))"
+    _session_class = AsyncSession
+    _sharded_session_class = AsyncShardedSession
 
     def __init__(
         self,
@@ -208,7 +132,7 @@ class AsyncLockClient:
         token: str | None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        groups = client_groups(host, port, servers)
+        self._setup(host, port, servers, client_name, token, ssl_context)
         if (
             type(connect_timeout) not in (int, float)
             or not math.isfinite(connect_timeout)
@@ -217,102 +141,24 @@ class AsyncLockClient:
             raise ValueError(
                 f"connect_timeout must be a finite number > 0, got {connect_timeout!r}"
             )
-        first = groups[0].members[0]
-        #: The server of the current connection (of a group: the member in use; a client of
-        #: several servers: its first server's first member, unused).
-        self.host = first.host
-        self.port = first.port
         self.connect_timeout = float(connect_timeout)
-        self.ssl_context = ssl_context
-        self._task_group = nursery
-        # One entry (a server or a group): the members its connection may go to.
-        members = Members(groups[0]) if len(groups) == 1 else None
-        self._core = ClientCore(client_name, token, members)
-        self._conn: _Connection | None = None
-        self._connect_lock = anyio.Lock()
-        self._closed = False
-        # The running loop's own clock, checkpoint and parking for the per-request path.
-        self._hooks = hooks_for_running_loop()
-        # Several entries: the placement, and one single-entry client per entry (in this
-        # client's task group), opened by the first call that needs it.
-        router = Router(groups) if len(groups) > 1 else None
-        self._router = router
-        # Where namespaces live: the router's list, or this client's one entry (``place``,
-        # ``servers`` and ``shard`` read it either way).
-        self._placement = router if router is not None else Router(groups)
-        self._shards: dict[ServerGroup, AsyncLockClient] = {}
+        self._setup_connection(nursery)
+        # A router's per-server clients live in this client's task group.
+        router = self._router
         self._shard_locks = {} if router is None else {s: anyio.Lock() for s in router.servers}
-        self._subscriptions = Subscriptions()
-        # Set when change-feed events arrive (next_feed_events waits on it); a router's
-        # per-server clients set their router's instead.
-        self._feed_ready = anyio.Event()
-        self._feed_owner: AsyncLockClient = self
 
-    # --- public API -------------------------------------------------------------------------------
+    async def _drive(self, op: Generator[_calls.Step, Any, T]) -> T:
+        """Run a call of ``_calls`` to its end with awaited calls."""
+        return await run_async(op, self._answer)
 
-    @property
-    def welcome(self) -> Welcome:
-        """The server's Welcome of the current connection (version, name, host, limits). A
-        client of several servers has one per server: ``(await client.shard(s)).welcome``."""
-        if self._router is not None:
-            raise LockClientError(
-                "a client of several servers has one welcome per server: use "
-                "(await client.shard(server)).welcome (or session.welcome_for(namespace))"
-            )
-        welcome = self._core.welcome
-        assert welcome is not None  # set by open_lock_client's handshake
-        return welcome
+    async def _answer(self, step: _calls.Step) -> Any:
+        if type(step) is _calls.Call:
+            return await self.request(step.kind, step.rid, step.data)
+        assert type(step) is _calls.OnShard  # OpenTo is the connector's, OnPart a session's
+        shard = await self.shard_client(step.server)
+        return await shard._drive(step.make(shard))
 
-    @property
-    def closed(self) -> bool:
-        """True once the ``open_lock_client`` block has exited."""
-        return self._closed
-
-    @property
-    def core(self) -> ClientCore:
-        """The socket-free core (request ids, open sessions, counters). Session port: what
-        an :class:`AsyncSession` builds its frames with; not for applications."""
-        return self._core
-
-    def session(
-        self,
-        max_age: float = 60.0,
-        description: str = "",
-        session_id: str | None = None,
-        *,
-        keepalive: bool = True,
-    ) -> AsyncSession:
-        """A session (a fresh uuid4 id unless ``session_id`` is given). Use it with
-        ``async with``: the session is ended on exit, also on an exception or cancellation.
-        While open and used, a keepalive task pings it every ``max_age / 3`` seconds of
-        idleness (unless ``keepalive=False``)."""
-        self.check_open()
-        if self._router is not None:
-            return AsyncShardedSession(self, session_id, max_age, description, keepalive)
-        return AsyncSession(self, session_id, max_age, description, keepalive)
-
-    @property
-    def servers(self) -> tuple[str, ...]:
-        """The servers of this client as configured, by their placement ids (as the sync
-        face's :attr:`~client.LockClient.servers`; a group: its sorted member ids joined by
-        ``,``)."""
-        return tuple(s.id for s in self._placement.servers)
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """The servers this client's connection may go to, in the order of failover (as the
-        sync face's :attr:`~client.LockClient.members`)."""
-        members = self._core.members
-        if members is None:
-            raise LockClientError(
-                "a client of several servers has one member list per server: use "
-                "(await client.shard(server)).members"
-            )
-        return tuple(m.id for m in members.members)
-
-    def server_for(self, namespace: str) -> str:
-        """The server (``host:port``) ``namespace`` lives on (PROTOCOL.md §12)."""
-        return self.place(namespace).id
+    # --- public API (the docstrings are the sync face's: client.LockClient) ----------------------
 
     async def shard(self, server: str) -> AsyncLockClient:
         """The single-server client of ``server`` (one of :attr:`servers`), connected now if
@@ -324,44 +170,16 @@ class AsyncLockClient:
         return await self.shard_client(address)
 
     async def ping(self) -> Pong:
-        """Liveness check: the server's ``uptime`` and ``trust``. Touches no session. A
-        client of several servers pings every one (ServerUnavailable naming the first that
-        cannot be reached) and returns the Pong of the one with the lowest trust."""
-        if self._router is not None:
-            pongs = [await (await self.shard_client(s)).ping() for s in self._router.servers]
-            return min(pongs, key=lambda pong: pong.trust)
-        rid, data = self._core.ping()
-        return await self.request(PING, rid, data)  # type: ignore[no-any-return]
+        """Liveness check (as the sync face's :meth:`~client.LockClient.ping`)."""
+        return await self._drive(_calls.ping(self))
 
     async def statistics(self) -> dict[str, Any]:
-        """The server's statistics (a nested map; PROTOCOL.md lists the keys). A client of
-        several servers returns ``{server: statistics}`` for every server."""
-        if self._router is not None:
-            return {
-                s.id: await (await self.shard_client(s)).statistics() for s in self._router.servers
-            }
-        rid, data = self._core.get_statistics()
-        return await self.request(STATS, rid, data)  # type: ignore[no-any-return]
+        """The server's statistics (as :meth:`~client.LockClient.statistics`)."""
+        return await self._drive(_calls.statistics(self))
 
     async def end_session(self, session_id: str) -> bool:
-        """End any session by id (all its entries go at once); False when it did not exist.
-        Prefer ``session.end()`` for your own sessions. A client of several servers ends it on
-        every server (True when some had it); a server that cannot be reached raises
-        ServerUnavailable after the others were asked."""
-        if self._router is not None:
-            existed = False
-            failure: ServerUnavailable | None = None
-            for server in self._router.servers:
-                try:
-                    shard = await self.shard_client(server)
-                    existed = await shard.end_session(session_id) or existed
-                except ServerUnavailable as exc:
-                    failure = failure or unavailable(server, exc)
-            if failure is not None:
-                raise failure
-            return existed
-        rid, data = self._core.end_session(session_id)
-        return await self.request(END, rid, data)  # type: ignore[no-any-return]
+        """End any session by id (as :meth:`~client.LockClient.end_session`)."""
+        return await self._drive(_calls.end_session(self, session_id))
 
     # --- the operator's calls (as the sync face's: docs/operations.md) --------------------------
 
@@ -377,10 +195,8 @@ class AsyncLockClient:
         limit: int | None = None,
     ) -> HoldersPage:
         """A page of the entries held (as the sync face's :meth:`~client.LockClient.holders`)."""
-        page: HoldersPage = await self._listing(
-            "holders", HOLDERS, namespace, table, var, session, match, cursor, limit
-        )
-        return page
+        args = (namespace, table, var, session, match, cursor, limit)
+        return await self._drive(_calls.listing(self, "holders", HOLDERS, *args))
 
     async def sessions(
         self,
@@ -394,10 +210,8 @@ class AsyncLockClient:
         limit: int | None = None,
     ) -> SessionsPage:
         """A page of the sessions (as the sync face's :meth:`~client.LockClient.sessions`)."""
-        page: SessionsPage = await self._listing(
-            "sessions", SESSIONS, namespace, table, var, session, match, cursor, limit
-        )
-        return page
+        args = (namespace, table, var, session, match, cursor, limit)
+        return await self._drive(_calls.listing(self, "sessions", SESSIONS, *args))
 
     async def waiters(
         self,
@@ -412,63 +226,14 @@ class AsyncLockClient:
     ) -> WaitersPage:
         """A page of the parked transactions (as the sync face's
         :meth:`~client.LockClient.waiters`)."""
-        page: WaitersPage = await self._listing(
-            "waiters", WAITERS, namespace, table, var, session, match, cursor, limit
-        )
-        return page
-
-    async def _listing(
-        self,
-        kind: str,
-        wire_kind: int,
-        namespace: str | None,
-        table: str | None,
-        var: str | None,
-        session: str | None,
-        match: str | None,
-        cursor: str | None,
-        limit: int | None,
-    ) -> Any:
-        router = self._router
-        if router is None:
-            rid = self._core.next_id()
-            data = listing_request(
-                kind, rid, namespace, table, var, session=session, match=match, cursor=cursor,
-                limit=limit,
-            )  # fmt: skip
-            return await self.request(wire_kind, rid, data)
-        args = (kind, wire_kind, namespace, table, var, session, match)
-        if namespace is not None:
-            server = self.place(namespace)
-            shard = await self.shard_client(server)
-            try:
-                return await shard._listing(*args, cursor, limit)
-            except ServerUnavailable as exc:
-                raise unavailable(server, exc) from exc
-        count = len(router.servers)
-        index, inner = split_cursor(cursor, count)
-        server = router.servers[index]
-        shard = await self.shard_client(server)
-        try:
-            page = await shard._listing(*args, inner, limit)
-        except ServerUnavailable as exc:
-            raise unavailable(server, exc) from exc
-        return attrs.evolve(page, cursor=join_cursor(index, page.cursor, count))
+        args = (namespace, table, var, session, match, cursor, limit)
+        return await self._drive(_calls.listing(self, "waiters", WAITERS, *args))
 
     async def release(
         self, namespace: str, table: str, var: str, *, session: str | None = None
     ) -> Released:
         """Force-release (as the sync face's :meth:`~client.LockClient.release`)."""
-        if self._router is not None:
-            server = self.place(namespace)
-            shard = await self.shard_client(server)
-            try:
-                return await shard.release(namespace, table, var, session=session)
-            except ServerUnavailable as exc:
-                raise unavailable(server, exc) from exc
-        rid = self._core.next_id()
-        data = release_request(rid, namespace, table, var, session)
-        return await self.request(RELEASE, rid, data)  # type: ignore[no-any-return]
+        return await self._drive(_calls.release(self, namespace, table, var, session))
 
     async def subscribe(
         self, namespace: str, table: str | None = None, *, sink: FeedSink | None = None
@@ -477,46 +242,13 @@ class AsyncLockClient:
         :meth:`~client.LockClient.subscribe`); events are read by the client's reader task
         and taken with :meth:`feed_events` or awaited with :meth:`next_feed_events` (or handed
         to ``sink``)."""
-        if self._router is not None:
-            server = self.place(namespace)
-            shard = await self.shard_client(server)
-            try:
-                theirs = await shard.subscribe(namespace, table, sink=sink)
-            except ServerUnavailable as exc:
-                raise unavailable(server, exc) from exc
-            return self._subscriptions.add(self._core.next_id(), server, theirs)
-        rid = self._core.next_id()
-        data = subscribe_request(rid, namespace, table)
-        if sink is not None:
-            self._core.feed_sinks[rid] = sink
-        try:
-            subscription: int = await self.request(SUBSCRIBE, rid, data)
-        except BaseException:
-            self._core.feed_sinks.pop(rid, None)
-            raise
-        self._core.subscriptions[subscription] = (namespace, table)
-        return subscription
+        return await self._drive(_calls.subscribe(self, namespace, table, sink))
 
     async def unsubscribe(self, subscription: int) -> bool:
         """End a subscription; False when the server did not know it."""
-        if self._router is not None:
-            where = self._subscriptions.pop(subscription)
-            if where is None:
-                await anyio.lowlevel.checkpoint()
-                return False
-            return await (await self.shard_client(where[0])).unsubscribe(where[1])
-        self._core.subscriptions.pop(subscription, None)
-        self._core.feed_sinks.pop(subscription, None)
-        rid = self._core.next_id()
-        data = unsubscribe_request(rid, subscription)
-        return await self.request(UNSUBSCRIBE, rid, data)  # type: ignore[no-any-return]
+        return await self._drive(_calls.unsubscribe(self, subscription))
 
-    def feed_events(self) -> list[FeedEvent]:
-        """The change-feed events received since the last call, in arrival order."""
-        if self._router is not None:
-            return self._subscriptions.relabel(
-                [(server, shard.feed_events()) for server, shard in list(self._shards.items())]
-            )
+    def _take_feed(self) -> list[FeedEvent]:
         conn = self._conn
         return [] if conn is None else conn.wire.take_feed()
 
@@ -531,35 +263,12 @@ class AsyncLockClient:
             await self._feed_ready.wait()
             self._feed_ready = anyio.Event()
 
-    def _feed_arrived(self) -> None:
-        self._feed_owner._feed_ready.set()
-
-    def local_statistics(self) -> ClientStatistics:
-        """Client-side counters: requests, drops, retries, reconnects, events (a client of
-        several servers: the sums over its per-server clients, and its own open sessions)."""
-        if self._router is not None:
-            shards = list(self._shards.values())
-            return ClientStatistics.total(
-                [s.local_statistics() for s in shards], len(self._core.open_sessions())
-            )
+    def _in_flight(self) -> int:
         conn = self._conn
-        return self._core.statistics(0 if conn is None else len(conn.wire.pending))
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<AsyncLockClient {describe(self._placement.servers)} {state}>"
+        return 0 if conn is None else len(conn.wire.pending)
 
     # --- several servers: how an AsyncShardedSession finds its server's client; not for
     # applications
-
-    def place(self, namespace: str) -> ServerGroup:
-        """Router port: the server (or group) ``namespace`` lives on."""
-        return self._placement.place(namespace)
-
-    def split(self, calls: Iterable[Any]) -> list[tuple[ServerGroup, list[int], list[Any]]]:
-        """Router port: a batch's calls grouped by server (``Router.split``)."""
-        assert self._router is not None  # only sessions of several servers split
-        return self._router.split(calls)
 
     async def shard_client(self, server: ServerGroup) -> AsyncLockClient:
         """Router port: the single-entry client of ``server`` (a server or group), opened on
@@ -572,14 +281,7 @@ class AsyncLockClient:
             shard = self._shards.get(server)
             if shard is None:
                 self.check_open()
-                shard = AsyncLockClient(
-                    self._task_group,
-                    servers=shard_servers(server),
-                    client_name=self._core.client_name,
-                    connect_timeout=self.connect_timeout,
-                    token=self._core.token,
-                    ssl_context=self.ssl_context,
-                )
+                shard = AsyncLockClient(self._task_group, **self._shard_options(server))
                 shard._feed_owner = self
                 try:
                     await shard._reconnect()
@@ -597,349 +299,19 @@ class AsyncLockClient:
         the session's deadlines and the reconnect checks use."""
         return self._hooks.now
 
-    def check_open(self) -> None:
-        """Session port: raise ClientClosed once the client is closed."""
-        if self._closed:
-            raise ClientClosed("the client is closed")
-
     def start_soon(self, fn: Callable[..., Coroutine[Any, Any, object]], *args: object) -> None:
         """Session port: run ``fn(*args)`` as a task of the client's own task group
         (cancelled when the client closes); it must not raise."""
         self._task_group.start_soon(fn, *args)
-
-    async def request(self, kind: int, rid: int, data: bytes, cancel_on_abort: bool = False) -> Any:
-        """Session port: send the framed request ``data`` (request id ``rid``, a
-        ``client._wire`` kind) and wait for its reply; reconnect first when needed
-        (ServerUnavailable "not sent" when it cannot), re-send an idempotent kind once when
-        the connection drops under it. Cancelling the caller drops the late reply by id
-        and, with ``cancel_on_abort`` (a waiting Execute), tells the server to stop
-        waiting."""
-        await self._hooks.checkpoint_if_cancelled()
-        retried = False
-        while True:
-            conn = self._conn
-            if conn is None or conn.broken is not None:
-                await self._reconnect_to_send()
-                continue  # re-checked with no checkpoint before _call registers and writes
-            try:
-                value = await self._call(conn, kind, rid, data, cancel_on_abort)
-            except _NotSent:
-                continue  # the connection broke on this write: send on a new one
-            except ConnectionLost as exc:
-                if self._closed:
-                    raise ClientClosed("the client was closed with the request in flight") from exc
-                raise
-            if value is not RETRY:
-                return value
-            if retried:
-                raise ConnectionLost(
-                    "the connection dropped twice with the same idempotent request in flight"
-                )
-            retried = True
-            self._core.retries += 1
-
-    async def _call(
-        self, conn: _Connection, kind: int, rid: int, data: bytes, cancel_on_abort: bool
-    ) -> Any:
-        """Register + write (one synchronous step), then wait until resolved."""
-        slot = self._hooks.slot()
-        wire = conn.wire
-        wire.register(rid, kind, slot)
-        if not self._write(conn, data):
-            raise _NotSent(f"the connection broke before request {rid} went out")
-        if slot.done:  # resolved synchronously (the write broke the connection)
-            await anyio.lowlevel.cancel_shielded_checkpoint()
-            return slot.unwrap()
-
-        def abandon() -> None:  # cancelled before the reply: it is dropped by id
-            if wire.abandon(rid) and cancel_on_abort and conn.broken is None:
-                self._write(conn, self._core.cancel(rid)[1])  # its reply is dropped
-
-        try:
-            await slot.wait(abandon)
-        except BaseException:
-            if slot.done:  # the reply came just before the cancellation (asyncio): unused
-                self._core.replies_dropped += 1
-            raise
-        return slot.unwrap()
-
-    async def request_batch(self, rids: list[int], data: bytes) -> list[Any]:
-        """Session port: send a batch's frames in one write and wait once for all its
-        calls; the outcomes (Result or the call's exception) in call order. Reconnects first
-        when needed; never re-sends (its calls are Executes)."""
-        await self._hooks.checkpoint_if_cancelled()
-        while True:
-            conn = self._conn
-            if conn is None or conn.broken is not None:
-                await self._reconnect_to_send()
-                continue  # re-checked with no checkpoint before registering and writing
-            try:
-                outcomes = await self._call_batch(conn, rids, data)
-            except _NotSent:
-                continue  # the connection broke on this write: send on a new one
-            break
-        if self._closed:
-            for item in outcomes:
-                if isinstance(item, ConnectionLost):
-                    raise ClientClosed("the client was closed with the batch in flight")
-        return outcomes
-
-    async def _call_batch(self, conn: _Connection, rids: list[int], data: bytes) -> list[Any]:
-        """Register every call + one write (one synchronous step), then wait until the last
-        call is settled: one wake-up for the whole batch."""
-        slot = self._hooks.slot()
-        batch = Batch(rids, slot)
-        wire = conn.wire
-        wire.register_batch(batch)
-        if not self._write(conn, data):
-            raise _NotSent(f"the connection broke before the batch from request {rids[0]} went out")
-        if slot.done:  # resolved synchronously (the write broke the connection)
-            await anyio.lowlevel.cancel_shielded_checkpoint()
-            return slot.unwrap()  # type: ignore[no-any-return]
-        try:
-            await slot.wait(lambda: wire.abandon_batch(batch))  # late replies dropped by id
-        except BaseException:
-            if slot.done:  # settled just before the cancellation (asyncio): unused
-                self._core.replies_dropped += len(rids)
-            raise
-        return slot.unwrap()  # type: ignore[no-any-return]
-
-    def _write(self, conn: _Connection, data: bytes) -> bool:
-        """Queue ``data`` in order, synchronously; never blocks, never checkpoints. False
-        when nothing of it went out because the connection is broken, or broke on this very
-        write (the break has resolved everything registered on it)."""
-        if conn.broken is not None:
-            return False
-        if conn.outbuf:
-            conn.outbuf += data
-            return True
-        try:
-            sent = conn.sock.send(data)
-        except _WOULD_BLOCK_WRITE:
-            sent = 0
-        except OSError as exc:
-            self._break(conn, f"sending failed: {exc}")
-            return False
-        if sent < len(data):
-            conn.outbuf += memoryview(data)[sent:]
-            self._task_group.start_soon(self._writer, conn)
-        return True
-
-    async def _writer(self, conn: _Connection) -> None:
-        sock = conn.sock
-        try:
-            while conn.outbuf and conn.broken is None:
-                await anyio.wait_writable(sock)
-                try:
-                    sent = sock.send(conn.outbuf)
-                except _WOULD_BLOCK_WRITE:
-                    continue
-                del conn.outbuf[:sent]
-        except anyio.ClosedResourceError:
-            pass  # broken meanwhile
-        except OSError as exc:
-            self._break(conn, f"sending failed: {exc}")
-
-    async def _reader(self, conn: _Connection) -> None:
-        sock = conn.sock
-        wire = conn.wire
-        core = self._core
-        wait_readable = self._hooks.wait_readable  # the loop's own (see _loops)
-        reason = "the server closed the connection"
-        reads = 0
-        try:
-            while True:
-                try:
-                    data = sock.recv(_RECV_SIZE)
-                except _WOULD_BLOCK_READ:
-                    await wait_readable(sock)
-                    continue
-                except ssl.SSLWantWriteError:  # TLS only: a record must go out first
-                    await anyio.wait_writable(sock)
-                    continue
-                if not data:
-                    break
-                resolved, events = wire.feed(data)
-                for slot, value, error in resolved:
-                    slot.resolve(value, error)
-                if events:
-                    core.dispatch(events)
-                if wire.feed_events:
-                    self._feed_arrived()
-                if wire.closing:  # e.g. SHUTTING_DOWN: the server reads nothing more
-                    reason = "the server ended the connection"
-                    break
-                reads += 1
-                if reads % _READS_PER_CHECKPOINT == 0:
-                    await anyio.lowlevel.checkpoint()
-        except CLOSED:
-            reason = conn.broken or "the connection was closed"
-        except OSError as exc:
-            reason = f"receiving failed: {exc}"
-        except anyio.get_cancelled_exc_class():
-            reason = "the client was closed"
-            raise
-        except Exception as exc:  # pragma: no cover - a bug; fail the calls, not the nursery
-            log.exception("lock client reader crashed")
-            reason = f"internal error in the reader: {exc!r}"
-        finally:
-            self._break(conn, reason)
-
-    # --- connection lifecycle ---------------------------------------------------------------------
-
-    async def _reconnect_to_send(self) -> None:
-        """Reconnect for a request about to be sent; ServerUnavailable says it was not."""
-        try:
-            await self._reconnect()
-        except ServerUnavailable as exc:
-            raise not_sent(exc) from exc
-
-    async def _reconnect(self) -> _Connection:
-        if self._router is not None:
-            raise LockClientError(
-                "a client of several servers sends through its per-server clients, not itself"
-            )
-        async with self._connect_lock:
-            self.check_open()
-            conn = self._conn
-            if conn is not None and conn.broken is None:
-                return conn
-            conn = await self._open(after_loss=conn is not None)
-            self._conn = conn
-            # The losses no connection could hear (a restarted server, a session whose
-            # guarantee ran out meanwhile), before the keepalives re-create those sessions.
-            self._core.reconnected(self._hooks.now())
-            # Touch the open sessions on the new connection (so its LockLost events come here
-            # and their idle timers restart); the replies are dropped by id.
-            for data in self._core.keepalives() + self._core.resubscriptions():
-                self._write(conn, data)
-            return conn
-
-    async def _open(self, after_loss: bool) -> _Connection:
-        """A new welcomed connection to a member of this client's entry, tried in the order
-        of ``Members.round`` (one round: each member once); ``host`` and ``port`` then name
-        the member. Raises ``Members.failure`` when no member could be connected to."""
-        members = self._core.members
-        assert members is not None  # a router never connects itself (see _reconnect)
-        errors: list[tuple[ServerAddress, LockClientError]] = []
-        for address in members.round(after_loss):
-            try:
-                conn = await self._open_to(address)
-            except (ServerUnavailable, ServerError) as exc:
-                errors.append((address, exc))
-                continue
-            welcome = self._core.welcome
-            assert welcome is not None  # set by the handshake
-            members.connected(address, welcome)
-            self.host, self.port = address.host, address.port
-            return conn
-        raise members.failure(errors)
-
-    async def _open_to(self, address: ServerAddress) -> _Connection:
-        try:
-            with anyio.fail_after(self.connect_timeout):
-                sock = await _connect(address.host, address.port)
-        except OSError as exc:  # TimeoutError included
-            raise ServerUnavailable(
-                f"cannot connect to {address.id}: {exc or 'timed out'}"
-            ) from exc
-        if self.ssl_context is not None:
-            sock = await self._tls_handshake(sock, self.ssl_context, address)
-        conn = _Connection(sock, Wire(self._core))
-        self._task_group.start_soon(self._reader, conn)
-        rid, data = self._core.hello()
-        try:
-            with anyio.fail_after(self.connect_timeout):
-                welcome = await self._call(conn, HELLO, rid, data, False)
-        except (LockClientError, TimeoutError) as exc:
-            self._break(conn, "the handshake failed")
-            raise handshake_error(exc) from exc
-        except BaseException:
-            self._break(conn, "the handshake was cancelled")
-            raise
-        self._core.handshake_done(welcome)
-        return conn
-
-    async def _tls_handshake(
-        self, sock: socket.socket, context: ssl.SSLContext, address: ServerAddress
-    ) -> ssl.SSLSocket:
-        """Wrap ``sock`` in TLS and shake hands (within ``connect_timeout``), checking the
-        certificate against ``address.host``."""
-        tls: ssl.SSLSocket | None = None
-        try:
-            tls = context.wrap_socket(
-                sock, server_hostname=address.host, do_handshake_on_connect=False
-            )
-            with anyio.fail_after(self.connect_timeout):
-                while True:
-                    try:
-                        tls.do_handshake()
-                        return tls
-                    except ssl.SSLWantReadError:
-                        await anyio.wait_readable(tls)
-                    except ssl.SSLWantWriteError:
-                        await anyio.wait_writable(tls)
-        except (OSError, ValueError) as exc:  # TimeoutError included
-            (tls or sock).close()
-            raise ServerUnavailable(
-                f"TLS handshake with {address.id} failed: {exc or 'timed out'}"
-            ) from exc
-        except BaseException:
-            (tls or sock).close()
-            raise
-
-    def _break(self, conn: _Connection, reason: str) -> None:
-        if conn.broken is not None:
-            return
-        conn.broken = reason
-        for slot, value, error in conn.wire.fail_all(reason):
-            slot.resolve(value, error)
-        conn.outbuf.clear()
-        anyio.notify_closing(conn.sock)  # wakes the reader and writer
-        conn.sock.close()
 
     def _shutdown(self) -> None:
         """Close for good: stop keepalives, fail calls in flight, stop the reader."""
         if self._closed:
             return
         self._closed = True
-        for state in self._core.open_sessions():
-            state._stop_keepalive()
+        self._stop_keepalives()
         if self._conn is not None:
             self._break(self._conn, "the client was closed")
         for shard in self._shards.values():
             shard._shutdown()
         self._task_group.cancel_scope.cancel()
-
-
-async def _connect(host: str, port: int) -> socket.socket:
-    """A connected non-blocking TCP socket (TCP_NODELAY) to the first address of ``host``
-    that accepts: the face owns its socket, for plain non-blocking send/recv on the hot path
-    (see the module docstring). Raises OSError (the last address's) when none does."""
-    infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    if not infos:  # pragma: no cover - getaddrinfo raises instead
-        raise OSError(f"no address for {host!r}")
-    error: OSError | None = None
-    for family, kind, proto, _name, address in infos:
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
-                sock.connect(address)
-            except BlockingIOError:
-                await anyio.wait_writable(sock)
-                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                if code:
-                    raise OSError(
-                        code, f"connect to {address[0]}:{address[1]}: {os.strerror(code)}"
-                    ) from None
-            return sock
-        except OSError as exc:
-            sock.close()
-            error = exc
-        except BaseException:
-            sock.close()
-            raise
-    assert error is not None
-    raise error

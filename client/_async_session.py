@@ -1,5 +1,5 @@
 """The async face's sessions: :class:`AsyncSession`, the awaitable half of a
-:class:`~client._core.SessionState` (execute, execute_many, end, ``wait_lost``, ``async
+:class:`~client._session_state.SessionState` (execute, execute_many, end, ``wait_lost``, ``async
 with``) and its keepalive task.
 
 A session talks to its client only through the :class:`~client._port.AsyncSessionPort` (the
@@ -21,27 +21,62 @@ Theory of operation:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from types import TracebackType
+from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
 
 from protocol import LockLost, Statement, Welcome
 
-from ._core import BatchCall, SessionState
-from ._errors import BatchError, ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
+from ._calls import (
+    Call,
+    OnPart,
+    Step,
+    resend_deferred,
+    session_end,
+    sharded_end,
+    sharded_execute,
+    sharded_execute_many,
+)
+from ._errors import ClientClosed, LockClientError, ServerUnavailable
 from ._placement import ServerGroup
 from ._port import AsyncRouterPort, AsyncSessionPort
 from ._result import Result
-from ._sharding import merge_outcomes, unavailable
-from ._wire import END, EXECUTE, KEEPALIVE, batch_results
+from ._session_state import BatchCall, SessionState, ShardedParts
+from ._sharding import unavailable
+from ._wire import EXECUTE, KEEPALIVE, batch_results
 
-__all__ = ["AsyncSession", "AsyncShardedSession"]
+__all__ = ["AsyncSession", "AsyncShardedSession", "run_async"]
+
+T = TypeVar("T")
+S = TypeVar("S")  # a step
 
 log = logging.getLogger("client")
 
 _CLEANUP_TIMEOUT = 10.0  # bound on ending a session from a cancelled or failing block
+
+
+async def run_async(op: Generator[S, Any, T], answer: Callable[[S], Awaitable[Any]]) -> T:
+    """Run a call of ``_calls`` to its end, answering each step with ``await answer(step)``
+    (``_calls.run_sync`` with ``await``); one checkpoint when it took no step."""
+    value: Any = None
+    error: BaseException | None = None
+    stepped = False
+    while True:
+        try:
+            step = op.send(value) if error is None else op.throw(error)
+        except StopIteration as stop:
+            if not stepped:
+                await anyio.lowlevel.checkpoint()
+            return stop.value  # type: ignore[no-any-return]
+        stepped = True
+        value = error = None
+        try:
+            value = await answer(step)
+        except BaseException as exc:
+            error = exc
 
 
 class AsyncSession(SessionState):
@@ -119,15 +154,7 @@ class AsyncSession(SessionState):
         return result
 
     async def _send_deferred(self) -> None:
-        """Send the deferred cleanups again (``defer_cleanup``); those that fail once more
-        are kept for the next call."""
-        pending = self._take_deferred()
-        for i, (namespace, statements) in enumerate(pending):
-            try:
-                await self.execute(namespace, statements)
-            except LockClientError:
-                self._deferred[:0] = pending[i:]
-                return
+        await run_async(resend_deferred(self), lambda call: self.execute(*call))
 
     async def execute_many(
         self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
@@ -153,15 +180,10 @@ class AsyncSession(SessionState):
     async def end(self) -> bool:
         """End the session now, as the sync face's :meth:`~client.Session.end`: True when
         the server still had it, False without a call when ended already."""
-        built = self._start_end()
-        if built is None:
-            await anyio.lowlevel.checkpoint()
-            return False
-        try:
-            existed: bool = await self._client.request(END, *built)
-        finally:
-            self._mark_ended()
-        return existed
+        return await run_async(session_end(self), self._request)
+
+    async def _request(self, call: Call) -> Any:
+        return await self._client.request(call.kind, call.rid, call.data)
 
     async def wait_lost(self) -> LockLost:
         """Wait until a LockLost event has arrived for this session (returns at once if one
@@ -229,7 +251,7 @@ class AsyncSession(SessionState):
                     self._keepalive_failed(exc, self._now(), interval)
 
 
-class AsyncShardedSession(AsyncSession):
+class AsyncShardedSession(ShardedParts, AsyncSession):
     """A session of an :class:`AsyncLockClient` of several servers: one id, and on each
     server it touches an ordinary :class:`AsyncSession` with that id (its *part*), as the
     sync face's :class:`~client._sync_session.ShardedSession`."""
@@ -245,15 +267,6 @@ class AsyncShardedSession(AsyncSession):
         super().__init__(client, session_id, max_age, description, keepalive)
         self._router = client
         self._parts: dict[ServerGroup, AsyncSession] = {}
-
-    def _guaranteed_until(self, namespace: str) -> float | None:
-        part = self._parts.get(self._router.place(namespace))
-        return None if part is None else part._guaranteed_until(namespace)
-
-    @property
-    def servers(self) -> tuple[str, ...]:
-        """The servers (or groups) this session has been used on so far, by id."""
-        return tuple(server.id for server in self._parts)
 
     async def welcome_for(self, namespace: str) -> Welcome:
         return (await self._part(self._router.place(namespace)))._client.welcome
@@ -286,78 +299,28 @@ class AsyncShardedSession(AsyncSession):
         transaction_id: str | None = None,
         wait: float | None = None,
     ) -> Result:
-        self._check_open()
         if self._deferred:
             await self._send_deferred()
-        server = self._router.place(namespace)
-        part = await self._part(server)
-        try:
-            return await part.execute(
-                namespace,
-                statements,
-                min_uptime=min_uptime,
-                min_trust=min_trust,
-                description=description,
-                transaction_id=transaction_id,
-                wait=wait,
-            )
-        except ServerUnavailable as exc:
-            raise unavailable(server, exc) from exc
+        options = (min_uptime, min_trust, description, transaction_id, wait)
+        return await run_async(sharded_execute(self, namespace, statements, options), self._on_part)
 
     execute.__doc__ = AsyncSession.execute.__doc__
 
     async def execute_many(
         self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
     ) -> list[Result]:
-        """As :meth:`AsyncSession.execute_many`; the calls of each server go to it as one
-        batch (servers one after another), the results come back in the caller's order, and
-        a server that cannot be reached fails its calls only (as the sync face)."""
-        calls = list(calls)
-        self._check_open()
-        groups = self._router.split(calls)
-        if not groups:
-            self._router.check_open()
-            await anyio.lowlevel.checkpoint()
-            return []
-        if len(groups) > 1:
-            self._build_batch_frames(calls, min_uptime, min_trust)  # validates every call
-        parts: list[tuple[list[int], list[Result] | BaseException]] = []
-        for server, indexes, items in groups:
-            try:
-                part = await self._part(server)
-                results = await part.execute_many(items, min_uptime=min_uptime, min_trust=min_trust)
-            except ServerUnavailable as exc:
-                if len(groups) == 1:
-                    raise unavailable(server, exc) from exc
-                parts.append((indexes, unavailable(server, exc)))
-            except (BatchError, ConnectionLost) as exc:
-                if len(groups) == 1:
-                    raise
-                parts.append((indexes, exc))
-            else:
-                parts.append((indexes, results))
-        return merge_outcomes(len(calls), parts)
+        """As :meth:`AsyncSession.execute_many`, split by server as the sync face's
+        :meth:`~client._sync_session.ShardedSession.execute_many`."""
+        return await run_async(
+            sharded_execute_many(self, calls, min_uptime, min_trust), self._on_part
+        )
 
     async def end(self) -> bool:
         """End the session on every server it was used on (as the sync face's
         :meth:`~client._sync_session.ShardedSession.end`)."""
-        if self._ended:
-            await anyio.lowlevel.checkpoint()
-            return False
-        self._mark_ended()
-        existed = False
-        failure: LockClientError | None = None
-        for server, part in list(self._parts.items()):
-            try:
-                existed = await part.end() or existed
-            except ServerUnavailable as exc:
-                failure = failure or unavailable(server, exc)
-            except LockClientError as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
-        return existed
+        return await run_async(sharded_end(self), self._on_part)
 
-    def _stop_keepalive(self) -> None:
-        for part in list(self._parts.values()):
-            part._stop_keepalive()
+    async def _on_part(self, step: Step) -> Any:
+        """The driver of ``_calls``' session steps (``OnPart``)."""
+        assert type(step) is OnPart
+        return await step.call(await self._part(step.server))

@@ -5,22 +5,20 @@ and event dispatch; putting that here, with no sockets, threads or trio, leaves 
 nothing but its I/O and its way of waking a waiter (the contrast to avoid: redis-py's
 near-duplicate sync and async lock files).
 
-The core is two modules, split by reason to change. This one is the per-client half, which
-outlives connections and changes with the request side and the session model: ids, frames,
-sessions, counters. ``_wire.py`` is the per-connection half, which changes with the reply
-side: request kinds, the table of requests in flight, decoding replies, retry rules, batches
-(its docstring has that part of the theory).
+The core is split by reason to change. This module is the per-client half, which outlives
+connections and changes with the request side: ids, frames, the session registry, counters.
+``_session_state.py`` is the face-independent half of a session (its spec, listeners,
+deadlines, the frames of its calls). ``_wire.py`` is the per-connection half, which changes
+with the reply side: request kinds, the table of requests in flight, decoding replies, retry
+rules, batches. ``_calls.py`` holds the calls both faces make, as steps they drive.
 
 Theory of operation:
 - :class:`ClientCore` (one per client, lives across reconnects) numbers requests from one
   counter, builds their framed bytes through ``protocol`` (validation happens there: bad
   arguments raise TypeError/ValueError before anything is sent), keeps the registry of open
   sessions and counts what happened.
-- :class:`SessionState` is the face-independent half of a session: its
-  :class:`~protocol.SessionSpec`, lost-event listeners, the namespace of its last call (the
-  keepalive pings there) and the session's local deadline: the latest ``valid_until`` a reply
-  carried, turned into the face's clock as PROTOCOL.md §8 says (``sent_at + (valid_until -
-  uptime)``, early by construction).
+- Each open session (:class:`~client._session_state.SessionState`) registers here, by id:
+  ``dispatch`` hands it the LockLost events of that id.
 - Which server a (re)connection goes to is ``_failover``'s :class:`~client._failover.Members`
   (held here as ``members``): a single server, or the members of a replicated group, whose
   welcomes all name the group's ``instance``, so reconnecting to another member is not a
@@ -50,9 +48,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import uuid
-from collections import deque
-from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import attrs
@@ -60,7 +55,6 @@ import attrs
 from protocol import (
     Cancel,
     EndSession,
-    Execute,
     FeedEvent,
     GetStatistics,
     Hello,
@@ -68,39 +62,28 @@ from protocol import (
     LostReason,
     Ping,
     Request,
-    SessionSpec,
-    Statement,
-    Transaction,
     Welcome,
-    encode_execute,
     frame,
     pack,
     request_to_wire,
 )
 
-from ._errors import ClientClosed, LockClientError, ServerError, ServerUnavailable
+from ._errors import LockClientError, ServerError, ServerUnavailable
 from ._failover import Members
 from ._inspect import subscribe_request
-from ._result import Result
 
 __all__ = [
-    "BatchCall",
     "ClientCore",
     "ClientStatistics",
     "FailureLog",
     "FeedSink",
-    "LostListener",
-    "SessionState",
+    "OpenSession",
+    "encode_request",
     "handshake_error",
     "not_sent",
 ]
 
 log = logging.getLogger("client")
-
-#: Most cleanups a session keeps to send again (``SessionState.defer_cleanup``).
-MAX_DEFERRED = 64
-
-LostListener = Callable[[LockLost], object]
 
 
 class FeedSink(Protocol):
@@ -120,9 +103,22 @@ class FeedSink(Protocol):
         request, which reconnects)."""
 
 
-BatchCall = tuple[str, Iterable[Statement]] | tuple[str, Iterable[Statement], str | None]
-"""One call of ``execute_many``: ``(namespace, statements)`` or ``(namespace, statements,
-transaction_id)``."""
+class OpenSession(Protocol):
+    """What the core asks of a session registered with it: the seam to
+    :class:`~client._session_state.SessionState`, which implements it (named here so that
+    this module does not import the session module, which imports this one)."""
+
+    _namespace: str | None
+    _valid_deadline: float | None
+
+    @property
+    def id(self) -> str: ...
+
+    def _deliver(self, event: LockLost) -> None: ...
+
+    def _build_keepalive(self) -> tuple[int, bytes] | None: ...
+
+    def _stop_keepalive(self) -> None: ...
 
 
 @attrs.frozen
@@ -165,284 +161,8 @@ class ClientStatistics:
         return cls(open_sessions=open_sessions, **sums)
 
 
-class SessionState:
-    """The face-independent half of a session: identity, lost-event listeners, keepalive
-    bookkeeping. The faces add execute/end and the context manager."""
-
-    def __init__(
-        self,
-        core: ClientCore,
-        session_id: str | None,
-        max_age: float,
-        description: str,
-        keepalive: bool,
-    ) -> None:
-        if session_id is None:
-            session_id = uuid.uuid4().hex
-        self._spec = SessionSpec(session_id, max_age, description)  # validates
-        if type(keepalive) is not bool:
-            raise TypeError(f"keepalive must be a bool, got {type(keepalive).__name__}")
-        self._core = core
-        self._keepalive = keepalive
-        self._listeners: list[LostListener] = []
-        self._lost: deque[LockLost] = deque(maxlen=256)
-        self._lost_count = 0
-        self._namespace: str | None = None  # namespace of the last call (keepalive pings there)
-        # Local time (the face's clock) until which the last reply guarantees the session;
-        # None before any such reply, and once the session is known to be gone.
-        self._valid_deadline: float | None = None
-        self._ended = False
-        # Keepalive bookkeeping, on the face's clock (the face sets ``_last_activity`` to its
-        # ``now`` when it creates the session and whenever it sends).
-        self._last_activity = 0.0
-        self._failures = FailureLog(f"keepalive of session {session_id}")
-        self.keepalive_error: LockClientError | None = None  # the last keepalive failure
-        # Cleanups (namespace, statements) whose outcome is unknown (a recipe's cleanup or
-        # release that failed twice): sent again before this session's next call.
-        self._deferred: list[tuple[str, list[Statement]]] = []
-        core.register_session(self)
-
-    def defer_cleanup(self, namespace: str, statements: list[Statement]) -> None:
-        """Send ``statements`` (idempotent ones: a recipe's cleanup or release) again before
-        this session's next call: their outcome is unknown, and a session that lives on (a
-        replicated group) would otherwise keep what they remove. Kept at most
-        ``MAX_DEFERRED``; the oldest go first."""
-        self._deferred.append((namespace, statements))
-        del self._deferred[:-MAX_DEFERRED]
-
-    def _guaranteed_until(self, namespace: str) -> float | None:
-        """The latest local time until which a reply has guaranteed this session (on
-        ``namespace``'s server) stays alive; None when nothing guarantees it."""
-        return self._valid_deadline
-
-    def _take_deferred(self) -> list[tuple[str, list[Statement]]]:
-        taken, self._deferred = self._deferred, []
-        return taken
-
-    @property
-    def id(self) -> str:
-        """The session id (a uuid4 hex unless one was given)."""
-        return self._spec.session_id
-
-    @property
-    def max_age(self) -> float:
-        """Seconds the server keeps the session when idle."""
-        return self._spec.max_age
-
-    @property
-    def description(self) -> str:
-        """The description sent with the session's calls."""
-        return self._spec.description
-
-    @property
-    def spec(self) -> SessionSpec:
-        """The protocol's SessionSpec sent with every Execute."""
-        return self._spec
-
-    @property
-    def ended(self) -> bool:
-        """True after ``end()`` (or leaving the ``with`` block)."""
-        return self._ended
-
-    @property
-    def keepalive_interval(self) -> float | None:
-        """Seconds between keepalive pings when idle (max_age / 3), None when disabled."""
-        return self._spec.max_age / 3 if self._keepalive else None
-
-    # --- lost events ----------------------------------------------------------------------------
-
-    @property
-    def lost(self) -> bool:
-        """True once a LockLost event arrived for this session."""
-        return self._lost_count > 0
-
-    @property
-    def lost_events(self) -> tuple[LockLost, ...]:
-        """The LockLost events received for this session (the latest 256), oldest first."""
-        return tuple(self._lost)
-
-    def add_lost_listener(self, callback: LostListener) -> None:
-        """Call ``callback(event)`` for every LockLost event of this session.
-
-        Sync face: called from whichever thread is reading the connection when the event
-        arrives (a caller waiting for its reply, or the keepalive thread). Async face: called
-        from the client's reader task. Either way it must return quickly and must not call the
-        client (it would deadlock the sync face's reader, and stall the async one); hand the
-        event to your own thread/task instead. Exceptions are logged and swallowed.
-        """
-        if not callable(callback):
-            raise TypeError(f"callback must be callable, got {type(callback).__name__}")
-        self._listeners.append(callback)
-
-    def remove_lost_listener(self, callback: LostListener) -> None:
-        """Remove a listener added with ``add_lost_listener`` (ValueError if absent)."""
-        self._listeners.remove(callback)
-
-    def _note_reply(self, sent_at: float, result: Result) -> None:
-        """Move the session's local deadline to what ``result`` (of a request sent at
-        ``sent_at``, the face's clock) guarantees; a reply without ``valid_until`` (refused)
-        leaves it. The faces' ``execute`` inline this (the hot path)."""
-        raw = result.raw
-        until = raw.valid_until
-        if until is not None:
-            deadline = sent_at + (until - raw.uptime)
-            # A guarantee once given holds (a late reply to an earlier request must not
-            # shorten it); a whole-session loss clears it.
-            if self._valid_deadline is None or deadline > self._valid_deadline:
-                self._valid_deadline = deadline
-
-    def _batch_done(self, sent_at: float, outcomes: list[Any]) -> bool:
-        """Digest the outcomes of a batch sent at ``sent_at``: the last call answered carries
-        the latest ``valid_until``. True when the batch used the session (some call got a
-        Result) and its keepalive should run."""
-        for outcome in reversed(outcomes):
-            if type(outcome) is Result and outcome.valid_until is not None:
-                self._note_reply(sent_at, outcome)
-                break
-        return self._keepalive and not self._ended and any(type(o) is Result for o in outcomes)
-
-    def _keepalive_done(self, sent_at: float, result: Result) -> None:
-        """A keepalive sent at ``sent_at`` was answered."""
-        self._note_reply(sent_at, result)
-        self._failures.succeeded()
-
-    def _keepalive_failed(self, error: LockClientError, now: float, interval: float) -> None:
-        """A keepalive failed at ``now``: remember and log it (rate-limited), and make the
-        next one due in a second rather than after a whole ``interval``."""
-        self.keepalive_error = error
-        self._failures.failed(error, now)
-        self._last_activity = now - interval + min(interval, 1.0)
-
-    def _start_end(self) -> tuple[int, bytes] | None:
-        """The EndSession request of ``end()``, after stopping the keepalive; None when the
-        session has ended already (``end()`` then answers False without a call). The face
-        sends it and calls ``_mark_ended`` whatever happens."""
-        if self._ended:
-            return None
-        self._stop_keepalive()
-        return self._build_end()
-
-    def _stop_keepalive(self) -> None:
-        """Stop the face's keepalive (the faces override this)."""
-
-    def __repr__(self) -> str:
-        state = "ended" if self._ended else "open"
-        return f"<{type(self).__name__} {self.id} max_age={self.max_age} {state}>"
-
-    def _deliver(self, event: LockLost) -> None:
-        if event.reason is not LostReason.TTL:
-            # The whole session is gone (expired, ended, or the server restarted): nothing is
-            # guaranteed until a later reply re-creates it, and no EXPIRED is made up for it
-            # at the next reconnect.
-            self._valid_deadline = None
-        self._lost.append(event)
-        self._lost_count += 1
-        for callback in list(self._listeners):
-            try:
-                callback(event)
-            except Exception:
-                log.exception("lost-listener %r of session %s raised", callback, self.id)
-
-    # --- request building -----------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._ended:
-            raise _ended_error(self.id)
-
-    def _build_execute(
-        self,
-        namespace: str,
-        statements: Iterable[Statement],
-        min_uptime: float,
-        min_trust: float,
-        description: str,
-        transaction_id: str | None,
-        wait: float | None,
-    ) -> tuple[int, bytes]:
-        self._check_open()
-        rid = self._core.next_id()
-        data = encode_execute(
-            rid,
-            self._spec,
-            namespace,
-            statements,
-            transaction_id="" if transaction_id is None else transaction_id,
-            description=description,
-            min_uptime=min_uptime,
-            min_trust=min_trust,
-            wait=wait,
-        )
-        self._namespace = namespace
-        return rid, data
-
-    def _build_batch(
-        self, calls: Iterable[BatchCall], min_uptime: float, min_trust: float
-    ) -> tuple[list[int], bytes]:
-        """The request ids (call order) and the frames of every call, concatenated for one
-        write. Every call is validated before anything is sent (errors name the call)."""
-        rids, frames = self._build_batch_frames(calls, min_uptime, min_trust)
-        return rids, b"".join(frames)
-
-    def _build_batch_frames(
-        self, calls: Iterable[BatchCall], min_uptime: float, min_trust: float
-    ) -> tuple[list[int], list[bytes]]:
-        """The request ids (call order) and each call's frame. Every call is validated before
-        anything is sent (errors name the call)."""
-        self._check_open()
-        spec = self._spec
-        next_id = self._core.next_id
-        rids: list[int] = []
-        frames: list[bytes] = []
-        namespace = None
-        for i, call in enumerate(calls):
-            try:
-                if type(call) is not tuple or not 2 <= len(call) <= 3:
-                    raise TypeError(
-                        "a call must be a tuple (namespace, statements) or "
-                        f"(namespace, statements, transaction_id), got {call!r:.80}"
-                    )
-                tx_id = call[2] if len(call) == 3 else None
-                rid = next_id()
-                frames.append(
-                    encode_execute(
-                        rid,
-                        spec,
-                        call[0],
-                        call[1],
-                        transaction_id="" if tx_id is None else tx_id,
-                        min_uptime=min_uptime,
-                        min_trust=min_trust,
-                    )
-                )
-            except (TypeError, ValueError) as exc:
-                raise type(exc)(f"calls[{i}]: {exc}") from exc
-            rids.append(rid)
-            namespace = call[0]
-        if namespace is not None:
-            self._namespace = namespace
-        return rids, frames
-
-    def _build_keepalive(self) -> tuple[int, bytes] | None:
-        """A no-statement Execute in the last namespace used, or None before any call."""
-        if self._namespace is None or self._ended:
-            return None
-        rid = self._core.next_id()
-        return rid, _encode(Execute(rid, self._spec, Transaction(self._namespace, ())))
-
-    def _build_end(self) -> tuple[int, bytes]:
-        rid = self._core.next_id()
-        return rid, _encode(EndSession(rid, self._spec.session_id))
-
-    def _mark_ended(self) -> None:
-        self._ended = True
-        self._core.unregister_session(self)
-
-
-def _ended_error(session_id: str) -> LockClientError:
-    return ClientClosed(f"session {session_id} has ended; open a new one")
-
-
-def _encode(request: Request) -> bytes:
+def encode_request(request: Request) -> bytes:
+    """The framed bytes of a request."""
     return frame(pack(request_to_wire(request)))
 
 
@@ -463,7 +183,7 @@ class ClientCore:
         # have theirs).
         self.members = members
         self._ids = itertools.count(1)
-        self.sessions: dict[str, list[SessionState]] = {}
+        self.sessions: dict[str, list[OpenSession]] = {}
         self.welcome: Welcome | None = None
         # Change-feed subscriptions in force: id (the subscribe's request id) -> (namespace,
         # table); made again on every new connection (``resubscriptions``).
@@ -492,23 +212,23 @@ class ClientCore:
 
     def hello(self) -> tuple[int, bytes]:
         rid = self.next_id()
-        return rid, _encode(Hello(rid, client_name=self.client_name, token=self.token))
+        return rid, encode_request(Hello(rid, client_name=self.client_name, token=self.token))
 
     def ping(self) -> tuple[int, bytes]:
         rid = self.next_id()
-        return rid, _encode(Ping(rid))
+        return rid, encode_request(Ping(rid))
 
     def get_statistics(self) -> tuple[int, bytes]:
         rid = self.next_id()
-        return rid, _encode(GetStatistics(rid))
+        return rid, encode_request(GetStatistics(rid))
 
     def cancel(self, target: int) -> tuple[int, bytes]:
         rid = self.next_id()
-        return rid, _encode(Cancel(rid, target))
+        return rid, encode_request(Cancel(rid, target))
 
     def end_session(self, session_id: str) -> tuple[int, bytes]:
         rid = self.next_id()
-        return rid, _encode(EndSession(rid, session_id))
+        return rid, encode_request(EndSession(rid, session_id))
 
     def keepalives(self) -> list[bytes]:
         """Keepalive Executes for every open, used session: sent unregistered right after a
@@ -581,10 +301,10 @@ class ClientCore:
 
     # --- sessions and events --------------------------------------------------------------------
 
-    def register_session(self, state: SessionState) -> None:
+    def register_session(self, state: OpenSession) -> None:
         self.sessions.setdefault(state.id, []).append(state)
 
-    def unregister_session(self, state: SessionState) -> None:
+    def unregister_session(self, state: OpenSession) -> None:
         states = self.sessions.get(state.id)
         if states is not None and state in states:
             states.remove(state)
@@ -601,7 +321,7 @@ class ClientCore:
             for state in list(states):
                 state._deliver(event)
 
-    def open_sessions(self) -> list[SessionState]:
+    def open_sessions(self) -> list[OpenSession]:
         return [s for states in self.sessions.values() for s in states]
 
     def statistics(self, in_flight: int) -> ClientStatistics:

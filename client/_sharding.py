@@ -30,10 +30,10 @@ import attrs
 
 from protocol import FeedEvent
 
-from ._core import BatchCall
 from ._errors import BatchError, LockClientError, ServerUnavailable
 from ._placement import ServerAddress, ServerGroup, Servers, parse_groups, parse_servers, place
 from ._result import Result
+from ._session_state import BatchCall
 
 __all__ = [
     "Router",

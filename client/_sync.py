@@ -1,116 +1,47 @@
-"""The sync face: a thread-safe blocking client over one TCP connection.
+"""The sync face: :class:`LockClient`, a thread-safe blocking client over one TCP connection
+(or, given several servers, over one per server).
 
-Why: the request path must be as short as a redis-py round trip or shorter, so there is no
-reader thread and no hand-off. **The caller reads**: a thread that waits for its reply takes
-the *reader role* (one thread at a time), reads the socket itself, stashes replies that belong
-to other threads and wakes them through one Condition, dispatches LockLost events, and returns
-as soon as its own reply is there; the next waiting thread then becomes the reader. With one
-thread that is: send, recv, decode, return. Prior art: the leader/follower pattern.
+Why: the calls are written once as steps (``_calls``) and the state and what reads it once
+(``_face.ClientFace``); this module only **drives** them with blocking calls and adds what is
+the sync face's own (``process_events``, ``close``, per-server clients opened under a lock).
+The connection machinery (send, wait, read; connect, break, reconnect) is
+``_sync_conn.SyncConnector``, LockClient's base, and its rules are written there.
 
 Sessions (:class:`Session`, its execute/end and its keepalive thread) are in
-``_sync_session.py``: they change with the session API, this module with the connection
-machinery. The client creates them and stops their keepalive on close. A session sees its
-client only as a :class:`~client._port.SessionPort`, which :class:`LockClient` implements
-(``core``, ``check_open``, ``request``, ``request_batch``, ``send_unanswered``, and the public
-calls); this module imports the session module, never the other way round.
-
-Rules kept:
-- A request is registered in the wire's table (under the condition's lock) *before* its bytes
-  are sent, so its reply can never arrive unclaimed. A caller that times out removes its entry
-  (under the same lock); its late reply is dropped by id, and the connection stays in sync.
-- Sends are serialised by a send lock (one ``sendall`` per request frame, or per batch: an
-  ``execute_many`` registers all its calls under one waiter, the batch's first request id,
-  and sends all its frames with one ``sendall``).
-- The sync face has no reader while idle, so before sending on an idle connection it checks
-  (one zero-timeout ``poll``) whether anything has arrived meanwhile. If something has
-  (events, late replies, the server's last error, the close itself), the caller takes the
-  reader role and processes it first; a connection that turns out closed, or announced as
-  closing (e.g. ``SHUTTING_DOWN``), is broken there, and the call reconnects instead of
-  losing its request to a server that no longer reads it (no server: ServerUnavailable
-  "not sent").
-- A reconnect reports the losses no connection could hear (``ClientCore.reconnected``: a
-  restarted server, an expired session guarantee) before its keepalives go out.
-- A (re)connect goes to a member of the client's entry (a server, or a replicated group's
-  replicas) in the order ``_failover.Members`` gives: one round, each member once; ``host``
-  and ``port`` then name the member in use.
-- Nothing but the caller holds the client: keepalive threads hold their session weakly
-  (``_sync_session``), and a finalizer closes the socket when an unclosed client is collected
-  (it holds the socket, never the client).
-- A broken connection resolves everything in flight (``Wire.fail_all``): idempotent requests
-  are re-sent once on a new connection, an Execute raises ConnectionLost (outcome unknown). The
-  next call reconnects; open sessions are touched on the new connection at once.
-- Closing a socket that another thread may still use risks the fd being reused by a new
-  socket: a broken connection is only ``shutdown`` (which wakes a blocked ``recv``), and closed
-  by the last reader, or at once when no thread is reading; senders check ``broken`` under the
-  send lock and closing takes it too.
+``_sync_session.py``: they change with the session API, this module with the public calls.
+The client creates them and stops their keepalive on close. A session sees its client only as
+a :class:`~client._port.SessionPort`, which :class:`LockClient` implements (``core``,
+``check_open``, ``request``, ``request_batch``, ``send_unanswered``, and the public calls);
+this module imports the session module, never the other way round.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import select
-import socket
 import ssl
 import threading
-import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator
 from time import monotonic
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
-import attrs
+from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage
 
-from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage, Welcome
-
-from ._core import ClientCore, ClientStatistics, FeedSink, handshake_error, not_sent
-from ._errors import (
-    ClientClosed,
-    ClientTimeout,
-    ConnectionLost,
-    LockClientError,
-    ServerError,
-    ServerUnavailable,
-)
-from ._failover import Members
-from ._inspect import listing_request, release_request, subscribe_request, unsubscribe_request
-from ._placement import ServerAddress, ServerGroup, Servers
-from ._sharding import (
-    Router,
-    Subscriptions,
-    client_groups,
-    describe,
-    join_cursor,
-    shard_servers,
-    split_cursor,
-    unavailable,
-)
+from . import _calls
+from ._core import FeedSink
+from ._errors import ServerUnavailable
+from ._placement import ServerGroup, Servers
+from ._sharding import unavailable
+from ._sync_conn import SyncConnector
 from ._sync_session import Session, ShardedSession
-from ._wire import (
-    BATCH,
-    END,
-    HELLO,
-    HOLDERS,
-    PING,
-    RELEASE,
-    RETRY,
-    SESSIONS,
-    STATS,
-    SUBSCRIBE,
-    UNSUBSCRIBE,
-    WAITERS,
-    Batch,
-    Wire,
-)
+from ._wire import HOLDERS, SESSIONS, WAITERS
 
 __all__ = ["LockClient"]
 
 log = logging.getLogger("client")
 
-_RECV_SIZE = 256 * 1024
-_MIN_SOCKET_TIMEOUT = 0.001  # settimeout(0) would make the socket non-blocking
-_Resolution = tuple[Any, BaseException | None]
+T = TypeVar("T")
 
 
 def _positive(name: str, value: float) -> float:
@@ -119,50 +50,7 @@ def _positive(name: str, value: float) -> float:
     return float(value)
 
 
-def _readable(sock: socket.socket) -> bool:
-    """True when something is waiting on an idle connection: bytes (events, late replies, a
-    closing error), the peer's close, or an error. One ``poll`` with a zero timeout (``poll``,
-    not ``select``: select() cannot watch a file descriptor >= 1024, which a busy process
-    easily has)."""
-    try:
-        poller = select.poll()
-        poller.register(sock, select.POLLIN | select.POLLPRI)
-        return bool(poller.poll(0))
-    except (OSError, ValueError):
-        return True  # closed meanwhile: the read that follows notices
-
-
-class _SocketHolder:
-    """The client's current socket, for the finalizer that closes it when an unclosed
-    client is collected (it must not reference the client itself)."""
-
-    __slots__ = ("sock",)
-
-    def __init__(self) -> None:
-        self.sock: socket.socket | None = None
-
-    def close(self) -> None:
-        sock = self.sock
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.close()
-
-
-class _Connection:
-    """One TCP connection of a LockClient (state guarded by the client's condition)."""
-
-    __slots__ = ("broken", "done", "reader_busy", "reader_ident", "sock", "wire")
-
-    def __init__(self, sock: socket.socket, wire: Wire[int]) -> None:
-        self.sock = sock
-        self.wire = wire
-        self.done: dict[int, _Resolution] = {}  # request id -> resolution, for waiting threads
-        self.reader_busy = False
-        self.reader_ident = 0  # the reading thread's ident (0: none)
-        self.broken: str | None = None  # why, once broken
-
-
-class LockClient:
+class LockClient(SyncConnector[Session, "LockClient"]):
     """A blocking, thread-safe client: one TCP connection shared by every thread; or, given
     several ``servers``, one client over all of them (below).
 
@@ -195,6 +83,9 @@ class LockClient:
     current connection; :attr:`members` lists the members, learned ones included.
     """
 
+    _session_class = Session
+    _sharded_session_class = ShardedSession
+
     def __init__(
         self,
         host: str = "127.0.0.1",
@@ -207,107 +98,29 @@ class LockClient:
         token: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        groups = client_groups(host, port, servers)
-        first = groups[0].members[0]
-        #: The server of the current connection (of a group: the member in use; a client of
-        #: several servers: its first server's first member, unused).
-        self.host = first.host
-        self.port = first.port
+        self._setup(host, port, servers, client_name, token, ssl_context)
         self.timeout = _positive("timeout", timeout)
         self.connect_timeout = _positive("connect_timeout", connect_timeout)
-        self.ssl_context = ssl_context
-        # One entry (a server or a group): the members its connection may go to.
-        members = Members(groups[0]) if len(groups) == 1 else None
-        self._core = ClientCore(client_name, token, members)
-        # Several entries: the placement, and one single-entry client per entry, opened by
-        # the first call that needs it (each under its own lock, so a server that is slow to
-        # answer does not hold up opening the others).
-        router = Router(groups) if len(groups) > 1 else None
-        self._router = router
-        # Where namespaces live: the router's list, or this client's one entry (``place``,
-        # ``servers`` and ``shard`` read it either way).
-        self._placement = router if router is not None else Router(groups)
-        self._shards: dict[ServerGroup, LockClient] = {}
+        # A router's per-server clients are opened each under its own lock, so a server that
+        # is slow to answer does not hold up opening the others.
+        router = self._router
         self._shard_locks = {} if router is None else {s: threading.Lock() for s in router.servers}
-        self._subscriptions = Subscriptions()
-        self._cond = threading.Condition(threading.Lock())
-        self._send_lock = threading.Lock()
-        self._connect_lock = threading.Lock()
-        self._conn: _Connection | None = None
-        self._closed = False
-        self._socket = _SocketHolder()
-        self._finalizer = weakref.finalize(self, self._socket.close)
+        self._setup_connection()
         if router is None:
             self._reconnect()
 
-    # --- public API -------------------------------------------------------------------------------
+    def _drive(self, op: Generator[_calls.Step, Any, T]) -> T:
+        """Run a call of ``_calls`` to its end with blocking calls."""
+        return _calls.run_sync(op, self._answer)
 
-    @property
-    def welcome(self) -> Welcome:
-        """The server's Welcome of the current connection (version, name, host, limits). A
-        client of several servers has one per server: ``client.shard(server).welcome``."""
-        if self._router is not None:
-            raise LockClientError(
-                "a client of several servers has one welcome per server: use "
-                "client.shard(server).welcome (or session.welcome_for(namespace))"
-            )
-        welcome = self._core.welcome
-        assert welcome is not None  # set by the constructor's handshake
-        return welcome
+    def _answer(self, step: _calls.Step) -> Any:
+        if type(step) is _calls.Call:
+            return self.request(step.kind, step.rid, step.data, self.timeout)
+        assert type(step) is _calls.OnShard  # OpenTo is the connector's, OnPart a session's
+        shard = self.shard_client(step.server)
+        return shard._drive(step.make(shard))
 
-    @property
-    def closed(self) -> bool:
-        """True after :meth:`close`."""
-        return self._closed
-
-    @property
-    def core(self) -> ClientCore:
-        """The socket-free core (request ids, open sessions, counters). Session port: what
-        a :class:`Session` builds its frames with; not for applications."""
-        return self._core
-
-    def session(
-        self,
-        max_age: float = 60.0,
-        description: str = "",
-        session_id: str | None = None,
-        *,
-        keepalive: bool = True,
-    ) -> Session:
-        """A session (a fresh uuid4 id unless ``session_id`` is given). Use it as a context
-        manager: the session is ended on exit, also on an exception. While it is open and has
-        been used, a keepalive thread pings it every ``max_age / 3`` seconds of idleness (unless
-        ``keepalive=False``), so a slow critical section does not lose its locks."""
-        self.check_open()
-        if self._router is not None:
-            return ShardedSession(self, session_id, max_age, description, keepalive)
-        return Session(self, session_id, max_age, description, keepalive)
-
-    @property
-    def servers(self) -> tuple[str, ...]:
-        """The servers of this client as configured, by their placement ids (PROTOCOL.md
-        §12): ``host:port``, or for a replicated group its members' ids sorted and joined by
-        ``,`` (e.g. ``"h1:7400,h2:7400"``)."""
-        return tuple(s.id for s in self._placement.servers)
-
-    @property
-    def members(self) -> tuple[str, ...]:
-        """The servers this client's connection may go to (``host:port``), in the order of
-        failover: its one server; for a replicated group the configured members, then those
-        learned from the welcome. The member in use is ``host:port`` (and
-        ``local_statistics().server``). A client of several servers has one list per entry:
-        ``client.shard(server).members``."""
-        members = self._core.members
-        if members is None:
-            raise LockClientError(
-                "a client of several servers has one member list per server: use "
-                "client.shard(server).members"
-            )
-        return tuple(m.id for m in members.members)
-
-    def server_for(self, namespace: str) -> str:
-        """The server (``host:port``) ``namespace`` lives on (PROTOCOL.md §12)."""
-        return self.place(namespace).id
+    # --- public API (what is not here is ClientFace's: welcome, session, servers...) -------------
 
     def shard(self, server: str) -> LockClient:
         """The single-server client of ``server`` (one of :attr:`servers`, or any configured
@@ -324,52 +137,25 @@ class LockClient:
         """Liveness check: the server's ``uptime`` and ``trust``. Touches no session. A
         client of several servers pings every one of them (ServerUnavailable naming the first
         that cannot be reached) and returns the Pong of the one with the lowest trust."""
-        if self._router is not None:
-            pongs = [self.shard_client(s).ping() for s in self._router.servers]
-            return min(pongs, key=lambda pong: pong.trust)
-        rid, data = self._core.ping()
-        return self.request(PING, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self._drive(_calls.ping(self))
 
     def statistics(self) -> dict[str, Any]:
         """The server's statistics (a nested map; PROTOCOL.md lists the keys). A client of
         several servers returns ``{server: statistics}`` for every server (ServerUnavailable
         naming the first that cannot be reached)."""
-        if self._router is not None:
-            return {s.id: self.shard_client(s).statistics() for s in self._router.servers}
-        rid, data = self._core.get_statistics()
-        return self.request(STATS, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self._drive(_calls.statistics(self))
 
     def end_session(self, session_id: str) -> bool:
         """End any session by id (all its entries go at once); False when it did not exist.
         Prefer ``session.end()`` for your own sessions. A client of several servers ends it on
         every server (True when some had it); a server that cannot be reached raises
         ServerUnavailable after the others were asked."""
-        if self._router is not None:
-            existed = False
-            failure: ServerUnavailable | None = None
-            for server in self._router.servers:
-                try:
-                    existed = self.shard_client(server).end_session(session_id) or existed
-                except ServerUnavailable as exc:
-                    failure = failure or unavailable(server, exc)
-            if failure is not None:
-                raise failure
-            return existed
-        rid, data = self._core.end_session(session_id)
-        return self.request(END, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self._drive(_calls.end_session(self, session_id))
 
-    def local_statistics(self) -> ClientStatistics:
-        """Client-side counters: requests, drops, retries, reconnects, events (a client of
-        several servers: the sums over its per-server clients, and its own open sessions)."""
-        if self._router is not None:
-            shards = list(self._shards.values())
-            return ClientStatistics.total(
-                [s.local_statistics() for s in shards], len(self._core.open_sessions())
-            )
+    def _in_flight(self) -> int:
         conn = self._conn
         with self._cond:
-            in_flight = 0 if conn is None else len(conn.wire.pending)
-            return self._core.statistics(in_flight)
+            return 0 if conn is None else len(conn.wire.pending)
 
     # --- the operator's calls (docs/operations.md; PROTOCOL.md "Inspection and operations") ---
 
@@ -389,10 +175,8 @@ class LockClient:
         ``.cursor`` of the next page (None at the end). With tokens, only the namespaces the
         principal may use. A client of several servers asks the namespace's server, or,
         without a namespace, each server in turn (its cursor says which)."""
-        page: HoldersPage = self._listing(
-            "holders", HOLDERS, namespace, table, var, session, match, cursor, limit
-        )
-        return page
+        args = (namespace, table, var, session, match, cursor, limit)
+        return self._drive(_calls.listing(self, "holders", HOLDERS, *args))  # type: ignore[no-any-return]
 
     def sessions(
         self,
@@ -407,10 +191,8 @@ class LockClient:
     ) -> SessionsPage:
         """A page of the sessions (filters as :meth:`holders`; ``namespace``, ``table`` and
         ``var``: of an entry the session holds): ``.sessions`` and ``.cursor``."""
-        page: SessionsPage = self._listing(
-            "sessions", SESSIONS, namespace, table, var, session, match, cursor, limit
-        )
-        return page
+        args = (namespace, table, var, session, match, cursor, limit)
+        return self._drive(_calls.listing(self, "sessions", SESSIONS, *args))  # type: ignore[no-any-return]
 
     def waiters(
         self,
@@ -425,46 +207,8 @@ class LockClient:
     ) -> WaitersPage:
         """A page of the parked transactions (filters as :meth:`holders`): ``.waiters`` and
         ``.cursor``."""
-        page: WaitersPage = self._listing(
-            "waiters", WAITERS, namespace, table, var, session, match, cursor, limit
-        )
-        return page
-
-    def _listing(
-        self,
-        kind: str,
-        wire_kind: int,
-        namespace: str | None,
-        table: str | None,
-        var: str | None,
-        session: str | None,
-        match: str | None,
-        cursor: str | None,
-        limit: int | None,
-    ) -> Any:
-        router = self._router
-        if router is None:
-            rid = self._core.next_id()
-            data = listing_request(
-                kind, rid, namespace, table, var, session=session, match=match, cursor=cursor,
-                limit=limit,
-            )  # fmt: skip
-            return self.request(wire_kind, rid, data, self.timeout)
-        args = (kind, wire_kind, namespace, table, var, session, match)
-        if namespace is not None:
-            server = self.place(namespace)
-            try:
-                return self.shard_client(server)._listing(*args, cursor, limit)
-            except ServerUnavailable as exc:
-                raise unavailable(server, exc) from exc
-        count = len(router.servers)
-        index, inner = split_cursor(cursor, count)
-        server = router.servers[index]
-        try:
-            page = self.shard_client(server)._listing(*args, inner, limit)
-        except ServerUnavailable as exc:
-            raise unavailable(server, exc) from exc
-        return attrs.evolve(page, cursor=join_cursor(index, page.cursor, count))
+        args = (namespace, table, var, session, match, cursor, limit)
+        return self._drive(_calls.listing(self, "waiters", WAITERS, *args))  # type: ignore[no-any-return]
 
     def release(
         self, namespace: str, table: str, var: str, *, session: str | None = None
@@ -474,15 +218,7 @@ class LockClient:
         admin call: with tokens, it needs a token marked ``admin = true`` (else FORBIDDEN).
         Returns how many entries went and the fence of the change. Never re-sent after a
         dropped connection (a repeat could remove a later holder's entry)."""
-        if self._router is not None:
-            server = self.place(namespace)
-            try:
-                return self.shard_client(server).release(namespace, table, var, session=session)
-            except ServerUnavailable as exc:
-                raise unavailable(server, exc) from exc
-        rid = self._core.next_id()
-        data = release_request(rid, namespace, table, var, session)
-        return self.request(RELEASE, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self._drive(_calls.release(self, namespace, table, var, session))
 
     def subscribe(
         self, namespace: str, table: str | None = None, *, sink: FeedSink | None = None
@@ -496,47 +232,14 @@ class LockClient:
         the gap are not seen (``local_statistics().connections`` tells that one happened).
         With ``sink`` (a :class:`~client._core.FeedSink`), the events go to it instead of
         :meth:`feed_events`, and it is told of reconnects."""
-        if self._router is not None:
-            server = self.place(namespace)
-            try:
-                theirs = self.shard_client(server).subscribe(namespace, table, sink=sink)
-            except ServerUnavailable as exc:
-                raise unavailable(server, exc) from exc
-            return self._subscriptions.add(self._core.next_id(), server, theirs)
-        rid = self._core.next_id()
-        data = subscribe_request(rid, namespace, table)
-        if sink is not None:
-            self._core.feed_sinks[rid] = sink
-        try:
-            subscription: int = self.request(SUBSCRIBE, rid, data, self.timeout)
-        except BaseException:
-            self._core.feed_sinks.pop(rid, None)
-            raise
-        self._core.subscriptions[subscription] = (namespace, table)
-        return subscription
+        return self._drive(_calls.subscribe(self, namespace, table, sink))
 
     def unsubscribe(self, subscription: int) -> bool:
         """End a subscription; False when the server did not know it (its connection
         dropped meanwhile, or it ended already)."""
-        if self._router is not None:
-            where = self._subscriptions.pop(subscription)
-            if where is None:
-                return False
-            return self.shard_client(where[0]).unsubscribe(where[1])
-        self._core.subscriptions.pop(subscription, None)
-        self._core.feed_sinks.pop(subscription, None)
-        rid = self._core.next_id()
-        data = unsubscribe_request(rid, subscription)
-        return self.request(UNSUBSCRIBE, rid, data, self.timeout)  # type: ignore[no-any-return]
+        return self._drive(_calls.unsubscribe(self, subscription))
 
-    def feed_events(self) -> list[FeedEvent]:
-        """The change-feed events received since the last call, in arrival order (an event's
-        ``dropped`` counts the events the server could not send before it, because this
-        client did not read fast enough)."""
-        if self._router is not None:
-            return self._subscriptions.relabel(
-                [(server, shard.feed_events()) for server, shard in list(self._shards.items())]
-            )
+    def _take_feed(self) -> list[FeedEvent]:
         conn = self._conn
         if conn is None:
             return []
@@ -580,8 +283,7 @@ class LockClient:
                 return
             self._closed = True
             conn = self._conn
-        for state in self._core.open_sessions():
-            state._stop_keepalive()
+        self._stop_keepalives()
         if conn is not None:
             self._break(conn, "the client was closed")
         for shard in list(self._shards.values()):
@@ -598,20 +300,7 @@ class LockClient:
     ) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<LockClient {describe(self._placement.servers)} {state}>"
-
     # --- several servers: how a ShardedSession finds its server's client; not for applications
-
-    def place(self, namespace: str) -> ServerGroup:
-        """Router port: the server (or group) ``namespace`` lives on."""
-        return self._placement.place(namespace)
-
-    def split(self, calls: Iterable[Any]) -> list[tuple[ServerGroup, list[int], list[Any]]]:
-        """Router port: a batch's calls grouped by server (``Router.split``)."""
-        assert self._router is not None  # only sessions of several servers split
-        return self._router.split(calls)
 
     def shard_client(self, server: ServerGroup) -> LockClient:
         """Router port: the single-entry client of ``server`` (a server or group of this
@@ -624,14 +313,7 @@ class LockClient:
             if shard is None:
                 self.check_open()
                 try:
-                    shard = LockClient(
-                        servers=shard_servers(server),
-                        timeout=self.timeout,
-                        client_name=self._core.client_name,
-                        connect_timeout=self.connect_timeout,
-                        token=self._core.token,
-                        ssl_context=self.ssl_context,
-                    )
+                    shard = LockClient(timeout=self.timeout, **self._shard_options(server))
                 except ServerUnavailable as exc:
                     raise unavailable(server, exc) from exc
                 self._shards[server] = shard
@@ -639,349 +321,3 @@ class LockClient:
             shard.close()
             self.check_open()
         return shard
-
-    # --- the session port (client._port.SessionPort): how a Session sends; not for applications
-
-    def check_open(self) -> None:
-        """Session port: raise ClientClosed once the client is closed."""
-        if self._closed:
-            raise ClientClosed("the client is closed")
-
-    def request(self, kind: int, rid: int, data: bytes, timeout: float) -> Any:
-        """Session port: send the framed request ``data`` (request id ``rid``, a
-        ``client._wire`` kind) and wait at most ``timeout`` seconds for its reply, reading
-        the socket if no other thread is. Reconnects first when needed (ServerUnavailable
-        "not sent" when it cannot); an idempotent kind is re-sent once after a drop; raises
-        ServerError, ConnectionLost, ClientTimeout, ClientClosed."""
-        deadline = monotonic() + timeout
-        retried = False
-        while True:
-            conn, unsent = self._send(rid, kind, None, data)
-            value, failure = self._wait(conn, rid, deadline)
-            if failure is not None:
-                if self._closed and isinstance(failure, ConnectionLost):
-                    raise ClientClosed("the client was closed with the request in flight") from (
-                        failure
-                    )
-                if unsent:
-                    # Nothing went out (the connection broke first, e.g. SHUTTING_DOWN read by
-                    # another thread): safe to send on a new connection.
-                    continue
-                raise failure
-            if value is not RETRY:
-                return value
-            if retried:
-                raise ConnectionLost(
-                    "the connection dropped twice with the same idempotent request in flight"
-                )
-            retried = True
-            self._core.retries += 1
-
-    def request_batch(self, rids: list[int], data: bytes, timeout: float) -> list[Any]:
-        """Session port: send a batch's frames in one ``sendall`` and wait for all its
-        calls; the outcomes (Result or the call's exception) in call order. Never re-sent
-        once it may have gone out (its calls are Executes); the batch waits under its first
-        request id."""
-        deadline = monotonic() + timeout
-        while True:
-            batch = Batch(rids, rids[0])
-            conn, unsent = self._send(rids[0], BATCH, batch, data)
-            outcomes: list[Any] = self._wait(conn, rids[0], deadline, batch)[0]
-            if unsent:
-                continue  # nothing went out: safe to send on a new connection
-            if self._closed:
-                for item in outcomes:
-                    if isinstance(item, ConnectionLost):
-                        raise ClientClosed("the client was closed with the batch in flight")
-            return outcomes
-
-    def _send(
-        self, rid: int, kind: int, batch: Batch[int] | None, data: bytes
-    ) -> tuple[_Connection, bool]:
-        """Register the request (or every call of ``batch``) on a live connection, then send
-        ``data``; reconnects first when needed (ServerUnavailable "not sent" when it cannot).
-        Returns the connection and whether the bytes stayed unsent (it broke between
-        registering and sending: the break resolved the request, which is safe to send again
-        on a new connection)."""
-        while True:
-            conn = self._conn
-            if conn is None or conn.broken is not None:
-                try:
-                    conn = self._reconnect()
-                except ServerUnavailable as exc:
-                    raise not_sent(exc) from exc
-            if conn.reader_ident == threading.get_ident():
-                raise LockClientError(
-                    "a lost-listener must not call the client: it runs in the thread that "
-                    "reads the connection (hand the event to another thread)"
-                )
-            with self._cond:
-                if conn.broken is not None:
-                    continue
-                # Idle (nothing in flight, so nobody reads) with something waiting: read it
-                # first, as the reader (events, late replies, or the server's close or
-                # closing error, which breaks the connection: the request then goes to a new
-                # one). Under the lock, so no other reader can take what the probe sees.
-                catch_up = not conn.reader_busy and not conn.wire.pending and _readable(conn.sock)
-                if catch_up:
-                    conn.reader_busy = True
-                    conn.reader_ident = threading.get_ident()
-                elif batch is None:
-                    conn.wire.register(rid, kind, rid)
-                else:
-                    conn.wire.register_batch(batch)
-            if catch_up:
-                try:
-                    self._read(conn, None, monotonic())  # one read: what has arrived
-                finally:
-                    self._leave_reader(conn)
-                continue
-            error: OSError | None = None
-            with self._send_lock:
-                unsent = conn.broken is not None  # broke between registering and sending
-                if not unsent:
-                    try:
-                        conn.sock.sendall(data)
-                    except OSError as exc:
-                        error = exc
-            if error is not None:
-                self._break(conn, f"sending failed: {error}")
-            return conn, unsent
-
-    def _wait(
-        self, conn: _Connection, rid: int, deadline: float, batch: Batch[int] | None = None
-    ) -> _Resolution:
-        cond = self._cond
-        timed_out = False
-        with cond:
-            while True:
-                out = conn.done.pop(rid, None)
-                if out is not None:
-                    return out
-                if not conn.reader_busy:
-                    conn.reader_busy = True
-                    conn.reader_ident = threading.get_ident()
-                    break
-                remaining = deadline - monotonic()
-                if remaining <= 0:
-                    self._abandon(conn, rid, batch)
-                    timed_out = True
-                    break
-                cond.wait(remaining)
-        if timed_out:  # outside the condition's lock: giving up takes it
-            self._give_up_on(conn)
-            raise self._timeout(rid, batch)
-        try:
-            out = self._read(conn, rid, deadline, batch)
-        finally:
-            self._leave_reader(conn)
-        if out is None:
-            self._give_up_on(conn)
-            raise self._timeout(rid, batch)
-        return out
-
-    def _give_up_on(self, conn: _Connection) -> None:
-        """A call timed out. Connected to a replica of a group, stop using that replica: it
-        may be paused or cut off, and a group's session lives on elsewhere, so the next call
-        (a recipe's cleanup, a keepalive) goes to another member instead of waiting on the
-        same one. A single server keeps its connection (a late reply is dropped)."""
-        members = self._core.members
-        if members is not None and len(members.members) > 1:
-            self._break(conn, "no reply within the timeout: trying another replica")
-
-    @staticmethod
-    def _abandon(conn: _Connection, rid: int, batch: Batch[int] | None) -> None:
-        if batch is None:
-            conn.wire.abandon(rid)
-        else:
-            conn.wire.abandon_batch(batch)
-
-    @staticmethod
-    def _timeout(rid: int, batch: Batch[int] | None = None) -> ClientTimeout:
-        if batch is not None:
-            return ClientTimeout(
-                f"not every reply to the batch of {len(batch.rids)} calls (request {rid} "
-                "onwards) came within the timeout; their outcome is unknown (late replies are "
-                "dropped)"
-            )
-        return ClientTimeout(
-            f"no reply to request {rid} within the timeout; its outcome is unknown "
-            "(a late reply is dropped)"
-        )
-
-    def _read(
-        self,
-        conn: _Connection,
-        rid: int | None,
-        deadline: float,
-        batch: Batch[int] | None = None,
-        until: Callable[[], bool] | None = None,
-    ) -> _Resolution | None:
-        """As the reader: read until ``rid`` is resolved (returns its resolution) or the
-        deadline passes (abandons ``rid``, or every call of ``batch``, returns None). With
-        ``rid`` None, read at least once and until the deadline (or until ``until()``),
-        dispatching what arrives."""
-        sock = conn.sock
-        cond = self._cond
-        core = self._core
-        attempted = False
-        while True:
-            remaining = deadline - monotonic()
-            if remaining <= 0 and (rid is not None or attempted):
-                if rid is None:
-                    return None
-                with cond:
-                    self._abandon(conn, rid, batch)
-                    return conn.done.pop(rid, None)
-            attempted = True
-            try:
-                sock.settimeout(max(remaining, _MIN_SOCKET_TIMEOUT))
-                data = sock.recv(_RECV_SIZE)
-                reason = "the server closed the connection"
-            except TimeoutError:
-                continue
-            except OSError as exc:
-                data = b""
-                reason = f"receiving failed: {exc}"
-            mine: _Resolution | None = None
-            with cond:
-                if not data:
-                    self._break_locked(conn, reason)
-                    return None if rid is None else conn.done.pop(rid, None)
-                wire = conn.wire
-                resolved, events = wire.feed(data)
-                for waiter, value, error in resolved:
-                    if waiter == rid:
-                        mine = (value, error)
-                    else:
-                        conn.done[waiter] = (value, error)
-                closing = wire.closing
-                if closing:
-                    # The server's last words (e.g. SHUTTING_DOWN) or garbage: it reads
-                    # nothing more. Resolve the rest now (notifies the waiters).
-                    self._break_locked(conn, "the server ended the connection")
-                    if mine is None and rid is not None:
-                        mine = conn.done.pop(rid, None)
-                elif len(resolved) > (mine is not None):
-                    cond.notify_all()
-            if events:
-                core.dispatch(events)
-            if mine is not None or closing:
-                return mine
-            if until is not None and until():
-                return None
-
-    def _leave_reader(self, conn: _Connection) -> None:
-        with self._cond:
-            conn.reader_busy = False
-            conn.reader_ident = 0
-            close_now = conn.broken is not None
-            self._cond.notify_all()
-        if close_now:
-            self._close_socket(conn)
-
-    def send_unanswered(self, data: bytes) -> None:
-        """Session port: send an unregistered request (its reply is dropped) if connected;
-        errors ignored (the next call notices a broken connection)."""
-        conn = self._conn
-        if conn is None:
-            return
-        with self._send_lock:
-            if conn.broken is None:
-                with contextlib.suppress(OSError):
-                    conn.sock.sendall(data)
-
-    # --- connection lifecycle ---------------------------------------------------------------------
-
-    def _reconnect(self) -> _Connection:
-        if self._router is not None:
-            raise LockClientError(
-                "a client of several servers sends through its per-server clients, not itself"
-            )
-        with self._connect_lock:
-            self.check_open()
-            conn = self._conn
-            if conn is not None and conn.broken is None:
-                return conn
-            conn = self._open(after_loss=conn is not None)
-            self._conn = conn
-            self._socket.sock = conn.sock
-            # The losses no connection could hear (a restarted server, a session whose
-            # guarantee ran out meanwhile), before the keepalives re-create those sessions.
-            self._core.reconnected(monotonic())
-            # Touch the open sessions on the new connection (so its LockLost events come here,
-            # and their idle timers restart); the replies are dropped by id.
-            try:
-                with self._send_lock:
-                    for data in self._core.keepalives() + self._core.resubscriptions():
-                        conn.sock.sendall(data)
-            except OSError as exc:
-                self._break(conn, f"sending failed: {exc}")
-            return conn
-
-    def _open(self, after_loss: bool) -> _Connection:
-        """A new welcomed connection to a member of this client's entry, tried in the order
-        of ``Members.round`` (one round: each member once); ``host`` and ``port`` then name
-        the member. Raises ``Members.failure`` when no member could be connected to."""
-        members = self._core.members
-        assert members is not None  # a router never connects itself (see _reconnect)
-        errors: list[tuple[ServerAddress, LockClientError]] = []
-        for address in members.round(after_loss):
-            try:
-                conn = self._open_to(address)
-            except (ServerUnavailable, ServerError) as exc:
-                errors.append((address, exc))
-                continue
-            welcome = self._core.welcome
-            assert welcome is not None  # set by the handshake
-            members.connected(address, welcome)
-            self.host, self.port = address.host, address.port
-            return conn
-        raise members.failure(errors)
-
-    def _open_to(self, address: ServerAddress) -> _Connection:
-        host, port = address.host, address.port
-        try:
-            sock = socket.create_connection((host, port), timeout=self.connect_timeout)
-        except OSError as exc:
-            raise ServerUnavailable(f"cannot connect to {address.id}: {exc}") from exc
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.ssl_context is not None:  # the handshake runs here, within the timeout
-                sock = self.ssl_context.wrap_socket(sock, server_hostname=host)
-            conn = _Connection(sock, Wire(self._core))
-            rid, data = self._core.hello()
-            conn.wire.register(rid, HELLO, rid)
-            sock.sendall(data)
-            out = self._read(conn, rid, monotonic() + self.connect_timeout)
-            if out is None:
-                raise ClientTimeout("no Welcome within connect_timeout")
-            value, error = out
-            if error is not None:
-                raise error
-        except (OSError, LockClientError) as exc:
-            sock.close()
-            raise handshake_error(exc) from exc
-        self._core.handshake_done(value)
-        return conn
-
-    def _break(self, conn: _Connection, reason: str) -> None:
-        with self._cond:
-            self._break_locked(conn, reason)
-            close_now = not conn.reader_busy
-        if close_now:
-            self._close_socket(conn)
-
-    def _break_locked(self, conn: _Connection, reason: str) -> None:
-        if conn.broken is not None:
-            return
-        conn.broken = reason
-        for waiter, value, error in conn.wire.fail_all(reason):
-            conn.done[waiter] = (value, error)
-        with contextlib.suppress(OSError):
-            conn.sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
-        self._cond.notify_all()
-
-    def _close_socket(self, conn: _Connection) -> None:
-        with self._send_lock:
-            conn.sock.close()

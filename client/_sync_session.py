@@ -1,6 +1,6 @@
 """The sync face's sessions: :class:`Session`, the blocking half of a
-:class:`~client._core.SessionState` (execute, execute_many, end, the context manager) and its
-keepalive thread.
+:class:`~client._session_state.SessionState` (execute, execute_many, end, the context
+manager) and its keepalive thread.
 
 A session talks to its client only through the :class:`~client._port.SessionPort` (the
 client's ``request`` / ``request_batch`` / ``send_unanswered``, the same calls and no more
@@ -32,20 +32,27 @@ from typing import Any
 
 from protocol import Statement, Welcome
 
-from ._core import BatchCall, SessionState
+from ._calls import (
+    OnPart,
+    Step,
+    resend_deferred,
+    run_sync,
+    session_end,
+    sharded_end,
+    sharded_execute,
+    sharded_execute_many,
+)
 from ._errors import (
-    BatchError,
     ClientClosed,
     ClientTimeout,
     ConnectionLost,
     LockClientError,
-    ServerUnavailable,
 )
 from ._placement import ServerGroup
 from ._port import RouterPort, SessionPort
 from ._result import Result
-from ._sharding import merge_outcomes, unavailable
-from ._wire import END, EXECUTE, KEEPALIVE, batch_results
+from ._session_state import BatchCall, SessionState, ShardedParts
+from ._wire import EXECUTE, KEEPALIVE, batch_results
 
 __all__ = ["BATCH_CHUNK", "Session", "ShardedSession"]
 
@@ -138,15 +145,7 @@ class Session(SessionState):
         return result
 
     def _send_deferred(self) -> None:
-        """Send the deferred cleanups again (``defer_cleanup``); those that fail once more
-        are kept for the next call."""
-        pending = self._take_deferred()
-        for i, (namespace, statements) in enumerate(pending):
-            try:
-                self.execute(namespace, statements)
-            except LockClientError:
-                self._deferred[:0] = pending[i:]
-                return
+        run_sync(resend_deferred(self), lambda call: self.execute(*call))
 
     def execute_many(
         self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
@@ -218,14 +217,10 @@ class Session(SessionState):
         """End the session now: the server removes all its entries at once. True when the
         server still had it. Ending twice returns False without a call. If the connection
         drops with the request in flight it is re-sent once, and may then answer False."""
-        built = self._start_end()
-        if built is None:
-            return False
-        try:
-            existed: bool = self._client.request(END, *built, self._client.timeout)
-        finally:
-            self._mark_ended()
-        return existed
+        client = self._client
+        return run_sync(
+            session_end(self), lambda c: client.request(c.kind, c.rid, c.data, client.timeout)
+        )
 
     def __enter__(self) -> Session:
         return self
@@ -304,7 +299,7 @@ def _keepalive_loop(ref: weakref.ref[Session], stop: threading.Event, interval: 
             stop.wait(delay)
 
 
-class ShardedSession(Session):
+class ShardedSession(ShardedParts, Session):
     """A session of a :class:`LockClient` of several servers: one id, and on each server it
     touches an ordinary :class:`Session` with that id (its *part*), made by its first call
     there, with its own keepalive and ``valid_until``. Lost events of every part reach this
@@ -324,14 +319,6 @@ class ShardedSession(Session):
         self._router = client
         self._parts: dict[ServerGroup, Session] = {}
         self._parts_lock = threading.Lock()
-
-    @property
-    def servers(self) -> tuple[str, ...]:
-        """The servers (or groups) this session has been used on so far, by id."""
-        return tuple(server.id for server in self._parts)
-
-    def server_for(self, namespace: str) -> str:
-        return self._router.place(namespace).id
 
     def welcome_for(self, namespace: str) -> Welcome:
         return self._part(self._router.place(namespace))._client.welcome
@@ -362,26 +349,10 @@ class ShardedSession(Session):
         transaction_id: str | None = None,
         wait: float | None = None,
     ) -> Result:
-        self._check_open()
-        server = self._router.place(namespace)
-        try:
-            return self._part(server).execute(
-                namespace,
-                statements,
-                min_uptime=min_uptime,
-                min_trust=min_trust,
-                description=description,
-                transaction_id=transaction_id,
-                wait=wait,
-            )
-        except ServerUnavailable as exc:
-            raise unavailable(server, exc) from exc
+        options = (min_uptime, min_trust, description, transaction_id, wait)
+        return run_sync(sharded_execute(self, namespace, statements, options), self._on_part)
 
     execute.__doc__ = Session.execute.__doc__
-
-    def _guaranteed_until(self, namespace: str) -> float | None:
-        part = self._parts.get(self._router.place(namespace))
-        return None if part is None else part._guaranteed_until(namespace)
 
     def defer_cleanup(self, namespace: str, statements: list[Statement]) -> None:
         """As :meth:`Session.defer_cleanup`, on the part of ``namespace``'s server."""
@@ -394,59 +365,15 @@ class ShardedSession(Session):
         (servers one after another), and the results come back in the caller's order. A
         server that cannot be reached fails its calls only (ServerUnavailable in the
         BatchError's ``results``)."""
-        calls = list(calls)
-        self._check_open()
-        groups = self._router.split(calls)
-        if not groups:
-            self._router.check_open()
-            return []
-        if len(groups) > 1:
-            # Every call is validated before anything is sent, as in a one-server batch (the
-            # errors name the call's place in the whole batch).
-            self._build_batch_frames(calls, min_uptime, min_trust)
-        parts: list[tuple[list[int], list[Result] | BaseException]] = []
-        for server, indexes, items in groups:
-            try:
-                parts.append(
-                    (
-                        indexes,
-                        self._part(server).execute_many(
-                            items, min_uptime=min_uptime, min_trust=min_trust
-                        ),
-                    )
-                )
-            except ServerUnavailable as exc:
-                if len(groups) == 1:
-                    raise unavailable(server, exc) from exc
-                parts.append((indexes, unavailable(server, exc)))
-            except (BatchError, ConnectionLost, ClientTimeout) as exc:
-                if len(groups) == 1:
-                    raise
-                parts.append((indexes, exc))
-        return merge_outcomes(len(calls), parts)
+        return run_sync(sharded_execute_many(self, calls, min_uptime, min_trust), self._on_part)
 
     def end(self) -> bool:
         """End the session on every server it was used on; True when some server still had
         it. A server that cannot be reached raises ServerUnavailable once the others are
         ended (there the session expires after ``max_age``)."""
-        if self._ended:
-            return False
-        self._mark_ended()
-        with self._parts_lock:
-            parts = list(self._parts.items())
-        existed = False
-        failure: LockClientError | None = None
-        for server, part in parts:
-            try:
-                existed = part.end() or existed
-            except ServerUnavailable as exc:
-                failure = failure or unavailable(server, exc)
-            except LockClientError as exc:
-                failure = failure or exc
-        if failure is not None:
-            raise failure
-        return existed
+        return run_sync(sharded_end(self), self._on_part)
 
-    def _stop_keepalive(self) -> None:
-        for part in list(self._parts.values()):
-            part._stop_keepalive()
+    def _on_part(self, step: Step) -> Any:
+        """The driver of ``_calls``' session steps (``OnPart``)."""
+        assert type(step) is OnPart
+        return step.call(self._part(step.server))

@@ -33,8 +33,8 @@ from client._async_session import AsyncSession
 from client._errors import LockClientError
 from protocol import LockLost
 
-from . import _kinds, _ops
-from ._base import CLEANUP_TIMEOUT, LockCore, NotAcquired
+from . import _kinds, _ops, _task_kinds
+from ._base import CLEANUP_TIMEOUT, NotAcquired, RecipeCore
 from ._multi import MultiLockBase, ReadWriteBase
 
 __all__ = [
@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 
-class AsyncLock(LockCore[AsyncSession]):
+class AsyncLock(RecipeCore[AsyncSession]):
     """The lock interface every async recipe has."""
 
     _scope: anyio.CancelScope | None = None
@@ -191,16 +191,15 @@ class AsyncSemaphore(_kinds.SemaphoreKind[AsyncSession], AsyncLock):
     """The async face of :class:`~client.recipes.Semaphore`."""
 
 
-class AsyncTimeWindowLock(_kinds.TimeWindowKind[AsyncSession], AsyncLock):
+class AsyncTimeWindowLock(_task_kinds.TimeWindowKind[AsyncSession], AsyncLock):
     """The async face of :class:`~client.recipes.TimeWindowLock`."""
 
 
-class AsyncStateLock(_kinds.TaskClaimKind[AsyncSession], AsyncLock):
+class AsyncStateLock(_task_kinds.TaskClaimKind[AsyncSession], AsyncLock):
     """The async face of :class:`~client.recipes.StateLock`."""
 
     async def release(self, state: str | None = None) -> bool:
-        """Release the claim recording ``state`` (``"done"`` when not given, or
-        ``"failed"``)."""
+        """As :meth:`~client.recipes.StateLock.release`."""
         if state is not None:
             self._set_final_state(state)
         return await super().release()
@@ -249,7 +248,7 @@ class AsyncMultiLock(MultiLockBase[AsyncLockClient, AsyncSession, AsyncLockSet])
         return await self.client.end_session(self.session.id)
 
     async def aclose(self) -> None:
-        """End the session (releasing everything); stamps are forgotten."""
+        """As :meth:`~client.recipes.MultiLock.close`."""
         self._forget_all()
         with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
             await self.session.end()

@@ -239,7 +239,7 @@ class AsyncReentrantMutex(ReentrantCore[AsyncSession, AsyncMutex]):
         return await _adrive(self._session, self.namespace, reentrant_release(self, self._owner()))
 
     async def locked(self) -> bool:
-        """True when an acquire by a new owner would not succeed now (one read)."""
+        """As :meth:`~client.recipes.ReentrantMutex.locked` (one read)."""
         return await _adrive(self._session, self.namespace, reentrant_locked(self))
 
     def check(self) -> None:
@@ -335,7 +335,7 @@ class AsyncBarrier(_AsyncBarrierBase):
     """The async face of :class:`~client.recipes.Barrier` (a cyclic barrier)."""
 
     async def wait(self, timeout: float | None = None) -> bool:
-        """Wait until all the parties have arrived; False when ``timeout`` ran out first."""
+        """As :meth:`~client.recipes.Barrier.wait` (False: ``timeout`` ran out first)."""
         return await self._drive(barrier_wait(self, timeout))
 
 
@@ -354,11 +354,11 @@ class AsyncCountDownLatch(LatchCore[AsyncSession]):
         return await _adrive(self._session, self.namespace, count_down(self))
 
     async def wait(self, timeout: float | None = None) -> bool:
-        """Wait (on the server) until the latch is open; False when ``timeout`` ran out."""
+        """As :meth:`~client.recipes.CountDownLatch.wait` (False: ``timeout`` ran out)."""
         return await _adrive(self._session, self.namespace, latch_wait(self, timeout))
 
     async def count(self) -> int:
-        """The count-downs still missing (0: open). One read."""
+        """As :meth:`~client.recipes.CountDownLatch.count` (one read)."""
         return await _adrive(self._session, self.namespace, latch_count(self))
 
 
@@ -381,7 +381,7 @@ class AsyncGroup(GroupKind[AsyncSession], AsyncLock):
         await self._drive(update(self, metadata))
 
     async def members(self) -> tuple[Member, ...]:
-        """The members now, in join order (one read)."""
+        """As :meth:`~client.recipes.Group.members` (one read)."""
         return await self._drive(members(self))
 
     def watch(self) -> AsyncWatch[GroupChange]:

@@ -64,9 +64,9 @@ from protocol import (
 )
 
 from ._base import LockLostError, OnLost, S, max_wait_of
-from ._feed import DEATHS, FeedSinkBase, Subscribe, unsubscribe_all
+from ._feed import DEATHS, FeedSinkBase, SubscribeFeed, unsubscribe_all
 from ._kinds import UNLIMITED, _KindInit
-from ._ops import NOW, WELCOME, Execute, Op, acquire, exit_block, release
+from ._ops import NOW, WELCOME, Op, RunTx, acquire, exit_block, release
 
 __all__ = [
     "BARRIER_OUT_TABLE",
@@ -253,7 +253,7 @@ def _watch(b: DoubleBarrierKind[Any]) -> Op[None]:
         return
     sink = PartyWatch(b.name, b.session.id, callback)
     for table in (BARRIER_TABLE, BARRIER_OUT_TABLE):
-        b._subscriptions.append((yield Subscribe(table, sink)))
+        b._subscriptions.append((yield SubscribeFeed(table, sink)))
 
 
 def enter(b: DoubleBarrierKind[Any], timeout: float | None) -> Op[bool]:
@@ -279,7 +279,7 @@ def leave(b: DoubleBarrierKind[Any], timeout: float | None) -> Op[bool]:
     barrier; LockLostError when this party's grant was lost (it is counted out)."""
     ticket = b._start_leave()
     if not b._leaving:
-        result: Result = yield Execute(b._mark_out_statements(ticket))
+        result: Result = yield RunTx(b._mark_out_statements(ticket))
         if not result.ok:
             if result.cause is Cause.STATEMENT:
                 yield from unsubscribe_all(b._subscriptions)
@@ -297,7 +297,7 @@ def leave(b: DoubleBarrierKind[Any], timeout: float | None) -> Op[bool]:
         now = yield NOW
         wait = max_wait if deadline is None else min(max_wait, max(0.0, deadline - now))
         try:
-            result = yield Execute(statements, wait=wait)
+            result = yield RunTx(statements, wait=wait)
         except (ConnectionLost, ClientTimeout):
             b._uncertain = True  # it may have passed: the next leave tells
             raise

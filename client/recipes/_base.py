@@ -7,7 +7,10 @@ must get exactly right: which ticket the grant carries, which fence it was grant
 I/O (time is passed in as ``now``). The operations that feed it (acquire with its wait loop,
 release, probe, refresh, leaving a block) are written once in ``_ops``; the sync and async
 faces (``_sync`` / ``_async``) add only a driver for them, their clock and their way of
-signalling a loss. Each recipe kind (``_kinds``) adds the statements it sends.
+signalling a loss. Each recipe kind (``_kinds``) adds the statements it sends. The errors,
+argument checks and constants are ``_values``' (re-exported here); telling which ``LockLost``
+events are about the grant is ``_lost``' (:class:`~client.recipes._lost.LostTracking`, this
+class's base).
 
 Rules kept:
 - One lock object is **one holder**: ``acquire`` while it holds (or is acquiring) is misuse
@@ -33,19 +36,17 @@ Rules kept:
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from collections.abc import Sequence
+from typing import ClassVar
 
-from client._core import SessionState
-from client._errors import ClientTimeout, LockClientError
+from client._errors import ClientTimeout
 from client._inspect import describe_holders
 from client._result import Result
+from client._session_state import SessionState
 from protocol import (
     Abort,
     Assert,
@@ -54,19 +55,37 @@ from protocol import (
     Exists,
     HolderInfo,
     LockLost,
-    LostReason,
     SelectOperatorValue,
     Statement,
+)
+
+from ._lost import LostTracking
+from ._values import (
+    CLEANUP_TIMEOUT,
+    DEFAULT_MAX_WAIT,
+    MAX_LATE_GRANTS,
+    AcquirePlan,
+    LockLostError,
+    NotAcquired,
+    OnLost,
+    S,
+    UnknownStamp,
+    check_name,
+    max_wait_of,
+    same_value,
+    seconds,
 )
 
 __all__ = [
     "CLEANUP_TIMEOUT",
     "DEFAULT_MAX_WAIT",
+    "MAX_LATE_GRANTS",
     "AcquirePlan",
-    "LockCore",
+    "RecipeCore",
     "LockLostError",
     "NotAcquired",
     "OnLost",
+    "S",
     "UnknownStamp",
     "check_name",
     "max_wait_of",
@@ -76,100 +95,8 @@ __all__ = [
 
 log = logging.getLogger("client.recipes")
 
-#: The wait asked of a server whose Welcome does not say its ``max_wait``.
-DEFAULT_MAX_WAIT = 300.0
-#: Bound on the shielded cleanup after a cancelled or failed acquire, and on releases at exit.
-CLEANUP_TIMEOUT = 10.0
-#: Grants in one acquire that may arrive after their session's guarantee ran out (each is
-#: removed and asked again) before the acquire fails with ClientTimeout.
-MAX_LATE_GRANTS = 3
 
-OnLost = Callable[[LockLost], object]
-S = TypeVar("S", bound=SessionState)
-
-# Reasons of the entry-less events a client makes at a reconnect (every grant is lost).
-_WHOLE_SESSION = frozenset({LostReason.RESTARTED, LostReason.EXPIRED})
-
-
-class LockLostError(LockClientError):
-    """The lock was lost while held: its session expired or was ended, its entry's time to
-    live ran out, or the server restarted. ``event`` is the ``LockLost`` notice (the server's,
-    or the one the client made at a reconnect: reason ``RESTARTED`` or ``EXPIRED`` with no
-    entries; None when the loss was found by a call rather than announced). Named
-    ``LockLostError`` because ``client.LockLost`` is the event itself."""
-
-    def __init__(self, lock: object, event: LockLost | None) -> None:
-        why = "no longer held on the server" if event is None else f"lost ({event.reason.value})"
-        super().__init__(f"{lock!r} was {why}")
-        self.lock = lock
-        self.event = event
-
-
-class NotAcquired(LockClientError):
-    """``with lock:`` / ``async with lock:`` could not acquire the lock (e.g. the server
-    refused the reliability contract). ``result`` is the last reply, for its ``cause``."""
-
-    def __init__(self, lock: object, result: Result | None) -> None:
-        detail = "" if result is None else f": {result!r}"
-        if result is not None and result.holders:
-            detail += f" ({describe_holders(result.holders)})"
-        super().__init__(f"{lock!r} was not acquired{detail}")
-        self.lock = lock
-        self.result = result
-
-
-class UnknownStamp(LockClientError):
-    """``release_locks(stamp)`` with a stamp that this MultiLock did not hand out (or has
-    already released)."""
-
-
-def check_name(what: str, value: object) -> str:
-    """A non-blank str, else TypeError/ValueError naming ``what``."""
-    if type(value) is not str:
-        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
-    if not value.strip():
-        raise ValueError(f"{what} must not be blank")
-    return value
-
-
-def seconds(what: str, value: object, *, positive: bool = False) -> float:
-    """A finite number of seconds (>= 0, or > 0 when ``positive``), else ValueError."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value < 0
-        or (positive and value == 0)
-    ):
-        bound = "> 0" if positive else ">= 0"
-        raise ValueError(f"{what} must be a finite number of seconds {bound}, got {value!r}")
-    return float(value)
-
-
-class AcquirePlan:
-    """One ``acquire`` call: its statements and how long it may keep asking the server."""
-
-    __slots__ = ("blocking", "deadline", "late", "statements", "ticket")
-
-    def __init__(
-        self, ticket: str, statements: list[Statement], blocking: bool, deadline: float | None
-    ) -> None:
-        self.ticket = ticket
-        self.statements = statements
-        self.blocking = blocking
-        self.deadline = deadline  # local time; None: until granted
-        self.late = 0  # grants that arrived after their own guarantee had run out
-
-    def wait(self, now: float, max_wait: float) -> float | None:
-        """The ``wait`` of the next attempt (None: answer at once)."""
-        if not self.blocking:
-            return None
-        if self.deadline is None:
-            return max_wait
-        return min(max_wait, max(0.0, self.deadline - now))
-
-
-class LockCore(Generic[S]):
+class RecipeCore(LostTracking[S]):
     """State shared by every recipe. Subclasses (the kinds) say what to send; the faces send.
 
     Public read-only state: ``namespace``, ``name``, ``held``, ``fence``, ``ticket``,
@@ -542,67 +469,6 @@ class LockCore(Generic[S]):
                 self._signal_lost()
         self._check()
 
-    # --- lost events --------------------------------------------------------------------------
-
-    def _listen(self) -> None:
-        with self._mu:
-            if self._listening:
-                return
-            self._listening = True
-        self._session.add_lost_listener(self._on_event)
-
-    def _unlisten(self) -> None:
-        with self._mu:
-            if not self._listening or self._acquiring or self._fence is not None:
-                return
-            self._listening = False
-        with contextlib.suppress(ValueError):  # removed twice: harmless
-            self._session.remove_lost_listener(self._on_event)
-
-    def _matches(self, event: LockLost, fence: int) -> bool:
-        if not event.entries:
-            # The client's notice at a reconnect: every grant of the session is gone. (A
-            # server's EXPIRED with no entries says the session held none: a grant still
-            # believed held was not in it either.)
-            return event.reason in _WHOLE_SESSION
-        if event.reason is LostReason.TTL and not self.TTL_IS_LOSS:
-            return False
-        variables = self._variables()
-        ns = self.namespace
-        later = self.MATCH_LATER
-        return any(
-            e_ns == ns
-            and (e_fence == fence or (later and e_fence > fence))
-            and (e_table, e_var) in variables
-            for e_ns, e_table, e_var, e_fence in event.entries
-        )
-
-    def _on_event(self, event: LockLost) -> None:
-        """The session's lost listener (reader thread / reader task): quick, no calls."""
-        with self._mu:
-            fence = self._fence
-            if fence is None:
-                if self._acquiring and event.entries:  # not a reconnect's notice: see header
-                    self._early.append(event)
-                return
-            if self._lost or not self._matches(event, fence):
-                return
-        self._mark_lost(event)
-
-    def _mark_lost(self, event: LockLost) -> None:
-        with self._mu:
-            if self._lost:
-                return
-            self._lost = True
-            self._lost_info = event
-        self._signal_lost()
-        callback = self.on_lost
-        if callback is not None:
-            try:
-                callback(event)
-            except Exception:
-                log.exception("on_lost callback %r of %r raised", callback, self)
-
     # --- what the faces provide ---------------------------------------------------------------
 
     @staticmethod
@@ -617,27 +483,6 @@ class LockCore(Generic[S]):
     def _signal_lost(self) -> None:
         """The grant is lost: set the face's event, cancel what it protects."""
         raise NotImplementedError
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """Wire-value equality, as the server compares values: types must match (1, 1.0 and
-    True are different values)."""
-    if type(a) is not type(b):
-        return False
-    if type(a) is list or type(a) is tuple:
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
-    if type(a) is dict:
-        return a.keys() == b.keys() and all(same_value(v, b[k]) for k, v in a.items())
-    return bool(a == b)
-
-
-def max_wait_of(limits: Mapping[str, Any]) -> float:
-    """The longest ``wait`` the server accepts, from its Welcome limits."""
-    value = limits.get("max_wait")
-    try:
-        return seconds("max_wait", value, positive=True)
-    except ValueError:
-        return DEFAULT_MAX_WAIT
 
 
 def _deadline(result: Result, sent_at: float, until: float | None) -> float | None:

@@ -1,7 +1,7 @@
 """Leader election: campaign, who leads, proclaim, resign, observe; written once for both faces.
 
 Why: an election is an exclusive lock whose holder also publishes a value, plus a way for
-everyone to see who holds it. The grant is a mutex grant (``LockCore``: ticket, fence, lost
+everyone to see who holds it. The grant is a mutex grant (``RecipeCore``: ticket, fence, lost
 notices, the protected block cancelled on a loss), so the **term** is the grant's fence:
 strictly increasing across leaders (every commit has a larger fence than the one before it,
 across restarts too), usable to fence the leader's writes as etcd's revision is and Curator's
@@ -53,9 +53,9 @@ from protocol import (
 )
 
 from ._base import LockLostError, OnLost, S, same_value
-from ._feed import Emit, FeedSinkBase, NextFeed, StopWatching, Subscribe, unsubscribe_all
+from ._feed import Emit, FeedSinkBase, NextFeed, StopWatching, SubscribeFeed, unsubscribe_all
 from ._kinds import _KindInit
-from ._ops import Execute, Op, acquire
+from ._ops import Op, RunTx, acquire
 
 __all__ = [
     "ELECTION_TABLE",
@@ -247,7 +247,7 @@ def proclaim(el: ElectionKind[Any], value: Any) -> Op[None]:
     object does not lead; LockLostError when its leadership was lost."""
     check_value(value, "value")
     statements = el._proclaim_statements(value)
-    result: Result = yield Execute(statements)
+    result: Result = yield RunTx(statements)
     if result.ok:
         el._value = value
         return
@@ -256,7 +256,7 @@ def proclaim(el: ElectionKind[Any], value: Any) -> Op[None]:
 
 def leader(el: ElectionKind[Any]) -> Op[LeaderInfo | None]:
     """``leader()``: who leads now (one read), None when nobody does."""
-    result: Result = yield Execute(leader_statements(el.name))
+    result: Result = yield RunTx(leader_statements(el.name))
     return leader_from(result, el._wall_clock)
 
 
@@ -268,13 +268,13 @@ def observe(el: ElectionKind[Any], sink: FeedSinkBase) -> Op[None]:
     subscriptions: list[int] = []
     try:
         for table in (ELECTION_TABLE, ELECTION_VALUE_TABLE):
-            subscriptions.append((yield Subscribe(table, sink)))
+            subscriptions.append((yield SubscribeFeed(table, sink)))
         last: LeaderInfo | None = None
         first = True
         gap = False
         expect_gap = False  # a reconnect we caused by reading after a lost connection
         while True:
-            result: Result = yield Execute(leader_statements(el.name))
+            result: Result = yield RunTx(leader_statements(el.name))
             now = leader_from(result, el._wall_clock)
             if first or gap or _differs(now, last):
                 yield Emit(LeaderChange(now, gap))

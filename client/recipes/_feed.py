@@ -10,7 +10,7 @@ also hears what a watcher must not hide: the subscription was made again on a ne
 (an overflow is a gap too).
 
 The logic is written once, as the steps of ``_ops`` (a generator yields them, a face's
-driver runs them): :class:`Subscribe` and :class:`Unsubscribe` go to the session's client,
+driver runs them): :class:`SubscribeFeed` and :class:`UnsubscribeFeed` go to the session's client,
 :class:`NextFeed` waits on the sink (the sync face reads the connection itself while no
 other thread does; the async face's reader task fills the sink), and :class:`Emit` hands a
 value to the caller of an iterator (``observe``, ``watch``). The face-specific part of a sink
@@ -39,8 +39,8 @@ __all__ = [
     "FeedSinkBase",
     "NextFeed",
     "StopWatching",
-    "Subscribe",
-    "Unsubscribe",
+    "SubscribeFeed",
+    "UnsubscribeFeed",
     "unsubscribe_all",
 ]
 
@@ -123,7 +123,7 @@ class FeedSinkBase:
         raise NotImplementedError
 
 
-class Subscribe:
+class SubscribeFeed:
     """The step "subscribe to ``table`` of the recipe's namespace with ``sink``": the
     driver sends back the subscription's id."""
 
@@ -135,14 +135,14 @@ class Subscribe:
         self.sink = sink
 
     def __repr__(self) -> str:
-        return f"<Subscribe {self.table}>"
+        return f"<SubscribeFeed {self.table}>"
 
     def run(self, session: Any, namespace: str) -> Any:
         """``client.subscribe(...)``: the id (sync face) or an awaitable of it (async)."""
         return session.client.subscribe(namespace, self.table, sink=self.sink)
 
 
-class Unsubscribe:
+class UnsubscribeFeed:
     """The step "end subscription ``subscription``" (a cleanup: it runs even when the
     watcher is being cancelled; bounded on the async face)."""
 
@@ -153,7 +153,7 @@ class Unsubscribe:
         self.subscription = subscription
 
     def __repr__(self) -> str:
-        return f"<Unsubscribe {self.subscription}>"
+        return f"<UnsubscribeFeed {self.subscription}>"
 
     def run(self, session: Any, namespace: str) -> Any:
         return session.client.unsubscribe(self.subscription)
@@ -198,9 +198,9 @@ class StopWatching(Exception):
     operation ends its subscriptions and returns."""
 
 
-def unsubscribe_all(subscriptions: list[int]) -> Generator[Unsubscribe, Any, None]:
+def unsubscribe_all(subscriptions: list[int]) -> Generator[UnsubscribeFeed, Any, None]:
     """End each subscription (cleanup steps); one that fails is gone with its connection."""
     for subscription in subscriptions:
         with contextlib.suppress(LockClientError):
-            yield Unsubscribe(subscription)
+            yield UnsubscribeFeed(subscription)
     subscriptions.clear()

@@ -18,7 +18,7 @@ the same transaction (``Exists`` with the id); the metadata lives apart so that 
 never rewrites the membership entry (``since`` is that entry's grant time, its fence the
 membership's). ``members()`` reads both tables in one transaction and pairs them by session.
 
-Membership is a grant (``LockCore``): ``join`` is a one-shot acquire, ``leave`` the release;
+Membership is a grant (``RecipeCore``): ``join`` is a one-shot acquire, ``leave`` the release;
 losing it (the session expired, was ended, or an operator released the entry) is a loss like
 a mutex's (``lost``, ``on_lost``, the protected block of ``async with group.membership():``
 cancelled).
@@ -56,9 +56,9 @@ from protocol import (
 )
 
 from ._base import LockLostError, OnLost, S, check_name, same_value
-from ._feed import Emit, FeedSinkBase, NextFeed, StopWatching, Subscribe, unsubscribe_all
+from ._feed import Emit, FeedSinkBase, NextFeed, StopWatching, SubscribeFeed, unsubscribe_all
 from ._kinds import _KindInit
-from ._ops import Execute, Op, acquire
+from ._ops import Op, RunTx, acquire
 
 __all__ = [
     "GROUP_META_TABLE",
@@ -292,7 +292,7 @@ def update(g: GroupKind[Any], metadata: Any) -> Op[None]:
     fence stay). RuntimeError when not a member; LockLostError when the membership was lost."""
     check_value(metadata, "metadata")
     statements, new = g._update_statements(metadata)
-    result: Result = yield Execute(statements)
+    result: Result = yield RunTx(statements)
     if result.ok:
         with g._mu:
             g._meta_entry = new
@@ -303,7 +303,7 @@ def update(g: GroupKind[Any], metadata: Any) -> Op[None]:
 
 def members(g: GroupKind[Any]) -> Op[tuple[Member, ...]]:
     """``members()``: the members now, in join order (one read)."""
-    result: Result = yield Execute(members_statements(g.name))
+    result: Result = yield RunTx(members_statements(g.name))
     return members_from(result, g._wall_clock)
 
 
@@ -316,13 +316,13 @@ def watch(g: GroupKind[Any], sink: FeedSinkBase) -> Op[None]:
     tables = (GROUP_TABLE, GROUP_META_TABLE)
     try:
         for table in tables:
-            subscriptions.append((yield Subscribe(table, sink)))
+            subscriptions.append((yield SubscribeFeed(table, sink)))
         known: dict[str, Member] = {}
         reasons: dict[str, str] = {}  # session -> why its membership entry went
         first = True
         gap = expect_gap = False
         while True:
-            result: Result = yield Execute(members_statements(name))
+            result: Result = yield RunTx(members_statements(name))
             now = {m.session: m for m in members_from(result, g._wall_clock)}
             for ev in sink.peek():  # not taken yet, but they may explain what the read saw
                 if ev.var == name and ev.table == GROUP_TABLE and ev.kind in _REASONS:

@@ -34,12 +34,10 @@ other's writes, neither would ever run.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, ClassVar
 
 from client._result import Result
 from protocol import (
     Abort,
-    AnywayContinueAfter,
     Assert,
     CountBelow,
     DeleteVar,
@@ -52,7 +50,7 @@ from protocol import (
     Waiting,
 )
 
-from ._base import LockCore, OnLost, S, check_name, seconds
+from ._base import OnLost, RecipeCore, S, check_name, seconds
 
 __all__ = [
     "CLAIM_TABLE",
@@ -74,14 +72,11 @@ __all__ = [
     "MutexKind",
     "ReadKind",
     "SemaphoreKind",
-    "TaskClaimKind",
-    "TimeWindowKind",
     "WriteKind",
     "clear_permits_statements",
     "get_permits_statements",
     "lock_modes",
     "set_permits_statements",
-    "task_state",
 ]
 
 MUTEX_TABLE = "recipes.mutex"
@@ -177,7 +172,7 @@ def _rw_statements(
     return out
 
 
-class _KindInit(LockCore[S]):
+class _KindInit(RecipeCore[S]):
     """The common constructor arguments, spelled out once for the kinds."""
 
     def _init(
@@ -190,7 +185,7 @@ class _KindInit(LockCore[S]):
         min_trust: float,
         description: str,
     ) -> None:
-        LockCore.__init__(
+        RecipeCore.__init__(
             self,
             session,
             namespace,
@@ -392,151 +387,6 @@ class SemaphoreKind(_KindInit[S]):
             Assert(CountBelow(SEMAPHORE_TABLE, name, self.permits)),
             Assert(
                 SetVar(SEMAPHORE_TABLE, name, ticket, description=self._desc, allow_duplicates=True)
-            ),
-        ]
-
-
-class TimeWindowKind(_KindInit[S]):
-    """Acquirable once per period window ``[k*period, (k+1)*period)`` of the server's Unix
-    clock: the first acquire of a window wins, the entry ends with the window by itself."""
-
-    KIND = "time window lock"
-    TTL_IS_LOSS: ClassVar[bool] = False
-    RELEASE_ON_EXIT: ClassVar[bool] = False
-
-    def __init__(
-        self,
-        session: S,
-        namespace: str,
-        name: str,
-        *,
-        period: float,
-        on_lost: OnLost | None = None,
-        min_uptime: float = 0.0,
-        min_trust: float = 0.0,
-        description: str = "",
-    ) -> None:
-        self._init(session, namespace, name, on_lost, min_uptime, min_trust, description)
-        self.period = seconds("period", period, positive=True)
-        self._window_ends_at: float | None = None
-
-    @property
-    def window_ends_at(self) -> float | None:
-        """Server uptime (s) at which the current grant's window ends."""
-        return self._window_ends_at
-
-    def _variables(self) -> Sequence[tuple[str, str]]:
-        return ((WINDOW_TABLE, self.name),)
-
-    def _acquire_statements(self, ticket: str) -> list[Statement]:
-        return [
-            Assert(
-                SetVar(WINDOW_TABLE, self.name, ticket, description=self._desc, period=self.period)
-            ),
-            SelectVarValue("grant", WINDOW_TABLE, self.name, ignore_this_session=False),
-        ]
-
-    def _on_grant(self, result: Result) -> float | None:
-        record = result.get("grant")
-        if not isinstance(record, dict):  # pragma: no cover - the grant selects its entry
-            return None
-        self._window_ends_at = record.get("expires_at")
-        return self._window_ends_at
-
-    def _on_release(self) -> None:
-        self._window_ends_at = None
-
-
-def task_state(claim: Any, states: Any) -> str:
-    """The state of a task from its claim record and its state records: ``in_progress``
-    while claimed, else the final state of the newest record (by fence), else ``done``."""
-    if claim is not None:
-        return IN_PROGRESS
-    newest = None
-    for record in states or ():
-        if isinstance(record, dict) and (newest is None or record["fence"] > newest["fence"]):
-            newest = record
-    if newest is None or newest.get("value") not in FINAL_STATES:
-        return DONE
-    return str(newest["value"])
-
-
-class TaskClaimKind(_KindInit[S]):
-    """Seed 004's state transition: ``done``/``failed`` -> ``in_progress`` exclusively (the
-    claim), released by recording a final state."""
-
-    KIND = "task"
-
-    def __init__(
-        self,
-        session: S,
-        namespace: str,
-        task: str,
-        *,
-        on_lost: OnLost | None = None,
-        min_uptime: float = 0.0,
-        min_trust: float = 0.0,
-        description: str = "",
-    ) -> None:
-        self._init(session, namespace, task, on_lost, min_uptime, min_trust, description)
-        self._final_state = DONE
-        self._previous_state: str | None = None
-
-    @property
-    def task(self) -> str:
-        """The task id (the lock's name)."""
-        return self.name
-
-    @property
-    def previous_state(self) -> str | None:
-        """The task's final state when the current claim was made (``done`` or
-        ``failed``); None when not held."""
-        return self._previous_state
-
-    def _set_final_state(self, state: str) -> None:
-        if state not in FINAL_STATES:
-            raise ValueError(f"a task is released as 'done' or 'failed', got {state!r}")
-        self._final_state = state
-
-    def _prepare_exit(self, failed: bool) -> None:
-        self._final_state = FAILED if failed else DONE
-
-    def _variables(self) -> Sequence[tuple[str, str]]:
-        return ((CLAIM_TABLE, self.name),)
-
-    def _acquire_statements(self, ticket: str) -> list[Statement]:
-        return [
-            Assert(SetVar(CLAIM_TABLE, self.name, ticket, description=self._desc)),
-            SelectVarValue(
-                "states", STATE_TABLE, self.name, ignore_this_session=False, select_many=True
-            ),
-        ]
-
-    def _on_grant(self, result: Result) -> float | None:
-        self._previous_state = task_state(None, result.get("states"))
-        return None
-
-    def _release_statements(self, ticket: str) -> list[Statement]:
-        return [
-            Assert(DeleteVar(CLAIM_TABLE, self.name, ticket)),
-            Assert(SetVar(STATE_TABLE, self.name, self._final_state, allow_duplicates=True)),
-        ]
-
-    def _was_released(self, result: Result) -> bool:
-        return result.ok
-
-    def _cleanup_statements(self, ticket: str) -> list[Statement]:
-        return [AnywayContinueAfter(DeleteVar(CLAIM_TABLE, self.name, ticket))]
-
-    def _on_release(self) -> None:
-        self._final_state = DONE
-        self._previous_state = None
-
-    def _state_statements(self) -> list[Statement]:
-        return [
-            SelectVarValue("claim", CLAIM_TABLE, self.name, ignore_this_session=False),
-            SelectVarValue(
-                "states", STATE_TABLE, self.name, ignore_this_session=False, select_many=True
             ),
         ]
 

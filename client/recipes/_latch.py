@@ -33,9 +33,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Generic
 
-from client._core import SessionState
 from client._errors import ClientTimeout
 from client._result import Result
+from client._session_state import SessionState
 from protocol import (
     AnywayContinueAfter,
     Assert,
@@ -54,7 +54,7 @@ from protocol import (
 
 from ._base import S, check_name, max_wait_of, seconds
 from ._kinds import UNLIMITED
-from ._ops import NOW, WELCOME, Execute, Op
+from ._ops import NOW, WELCOME, Op, RunTx
 
 __all__ = [
     "LATCH_TABLE",
@@ -188,7 +188,7 @@ def count_down(latch: LatchCore[Any]) -> Op[int]:
         if made >= latch.total:
             latch._known = made
             return 0
-        result: Result = yield Execute(latch._count_down_statements(made), session=own)
+        result: Result = yield RunTx(latch._count_down_statements(made), session=own)
         done = result.get("done")
         if type(done) is int:
             latch._known = done
@@ -199,7 +199,7 @@ def count_down(latch: LatchCore[Any]) -> Op[int]:
 
 def latch_count(latch: LatchCore[Any]) -> Op[int]:
     """``count()``: the count-downs still missing (0: open); one read."""
-    result: Result = yield Execute(latch._read_statements())
+    result: Result = yield RunTx(latch._read_statements())
     latch._known = min(_made(result), latch.total)
     return latch.total - latch._known
 
@@ -211,7 +211,7 @@ def latch_wait(latch: LatchCore[Any], timeout: float | None) -> Op[bool]:
     if timeout is not None:
         timeout = seconds("timeout", timeout)
     statements = latch._open_statements()
-    result: Result = yield Execute(statements)
+    result: Result = yield RunTx(statements)
     if result.ok:
         return True
     welcome = yield WELCOME
@@ -224,11 +224,11 @@ def latch_wait(latch: LatchCore[Any], timeout: float | None) -> Op[bool]:
         now = yield NOW
         if deadline is not None and now >= deadline:
             return False
-        yield Execute([], session=own)  # keep the count alive while we wait for it
+        yield RunTx([], session=own)  # keep the count alive while we wait for it
         wait = min(max_wait, age / 2)
         if deadline is not None:
             wait = min(wait, deadline - now)
-        result = yield Execute(statements, wait=wait)
+        result = yield RunTx(statements, wait=wait)
         if result.ok:
             return True
     return False

@@ -30,16 +30,16 @@ from typing import Any, Generic, TypeVar
 
 from client._errors import LockClientError
 
-from ._base import LockCore, OnLost, UnknownStamp, check_name
+from ._base import OnLost, RecipeCore, UnknownStamp, check_name
 
 __all__ = ["MultiLockBase", "ReadWriteBase", "StampRegistry", "app_session_id"]
 
 T = TypeVar("T")
 C = TypeVar("C")  # the client
 S = TypeVar("S")  # the session
-R = TypeVar("R", bound=LockCore[Any])  # the read lock
-W = TypeVar("W", bound=LockCore[Any])  # the write lock
-L = TypeVar("L", bound=LockCore[Any])  # the lock set
+R = TypeVar("R", bound=RecipeCore[Any])  # the read lock
+W = TypeVar("W", bound=RecipeCore[Any])  # the write lock
+L = TypeVar("L", bound=RecipeCore[Any])  # the lock set
 
 log = logging.getLogger("client.recipes")
 

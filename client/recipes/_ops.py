@@ -11,14 +11,14 @@ its outcome; it never touches a socket, a thread or an event loop. A face's driv
   the event loop's clock on the async face).
 - :data:`WELCOME` -> the driver sends back the Welcome of the server the lock's namespace
   lives on (``session.welcome_for``; on a client of several servers this may connect).
-- :class:`Execute` -> the driver runs the statements in the lock's session and namespace and
+- :class:`RunTx` -> the driver runs the statements in the lock's session and namespace and
   sends back the :class:`~client.Result`, or throws the call's exception into the generator.
   A ``cleanup`` step is one that must finish even when the caller is being cancelled: the
   async driver shields it and bounds it by ``CLEANUP_TIMEOUT`` (sending back None when that
   runs out); the sync driver runs it as any other.
 
 The generator's return value is the operation's result. The grant bookkeeping the steps feed
-(``_start_acquire``, ``_attempt_done``, ``_release_done``...) is :class:`~._base.LockCore`'s.
+(``_start_acquire``, ``_attempt_done``, ``_release_done``...) is :class:`~._base.RecipeCore`'s.
 
 Rules kept (see ``_base`` for the rest):
 - Blocking acquires never poll: each attempt asks the server to park the transaction up to
@@ -46,14 +46,15 @@ from client._errors import (
 from client._result import Result
 from protocol import Statement
 
-from ._base import LockCore, LockLostError, max_wait_of
-from ._feed import Emit, NextFeed, Subscribe, Unsubscribe
-from ._kinds import TaskClaimKind, task_state
+from ._base import LockLostError, RecipeCore, max_wait_of
+from ._feed import Emit, NextFeed, SubscribeFeed, UnsubscribeFeed
+from ._task_kinds import TaskClaimKind, task_state
 
 __all__ = [
     "NOW",
     "WELCOME",
-    "Execute",
+    "AskWelcome",
+    "RunTx",
     "Now",
     "Op",
     "Run",
@@ -83,7 +84,7 @@ class Now:
 NOW = Now()
 
 
-class Welcome:
+class AskWelcome:
     """The step "send me the Welcome of the lock's server" (use the singleton
     :data:`WELCOME`): its limits bound the ``wait`` an attempt may ask for."""
 
@@ -99,10 +100,10 @@ class Welcome:
         return session.welcome_for(namespace)
 
 
-WELCOME = Welcome()
+WELCOME = AskWelcome()
 
 
-class Execute:
+class RunTx:
     """The step "run these statements in the lock's session (or in ``session``, when given)
     and namespace"."""
 
@@ -126,7 +127,7 @@ class Execute:
         self.session = session  # another session of the same face to run in (a latch's own)
 
     def __repr__(self) -> str:
-        return f"<Execute {len(self.statements)} statement(s) wait={self.wait}>"
+        return f"<RunTx {len(self.statements)} statement(s) wait={self.wait}>"
 
     def run(self, session: Any, namespace: str) -> Any:
         """``session.execute(...)`` of this step: a Result (sync face), or an awaitable of it
@@ -142,14 +143,14 @@ class Execute:
         )
 
 
-Step = Now | Welcome | Execute | Subscribe | Unsubscribe | NextFeed | Emit
+Step = Now | AskWelcome | RunTx | SubscribeFeed | UnsubscribeFeed | NextFeed | Emit
 #: An operation: yields steps, receives their outcomes, returns its result.
 Op = Generator[Step, Any, T]
 
 
 class Run(Generic[T]):
     """One operation being driven: ``next()`` gives the next step that is not :data:`NOW`
-    (those it answers from ``clock`` itself: an Execute, WELCOME, or a coordination step of
+    (those it answers from ``clock`` itself: a RunTx, WELCOME, or a coordination step of
     ``_feed``) or None once the operation has returned
     (``result``). The driver sets ``value`` (the step's outcome) or ``error`` (its
     exception) before the next ``next()``; neither: None is sent."""
@@ -178,7 +179,7 @@ class Run(Generic[T]):
             return None
 
 
-def acquire(lock: LockCore[Any], blocking: bool, timeout: float | None) -> Op[bool]:
+def acquire(lock: RecipeCore[Any], blocking: bool, timeout: float | None) -> Op[bool]:
     """``acquire(blocking, timeout)``: True when granted, False when not (busy, refused,
     timed out on the server). See the faces' docstrings for the contract."""
     plan = lock._start_acquire(blocking, timeout, (yield NOW))
@@ -190,7 +191,7 @@ def acquire(lock: LockCore[Any], blocking: bool, timeout: float | None) -> Op[bo
     try:
         while True:
             sent_at = yield NOW
-            result = yield Execute(
+            result = yield RunTx(
                 plan.statements,
                 min_uptime=lock.min_uptime,
                 min_trust=lock.min_trust,
@@ -198,7 +199,7 @@ def acquire(lock: LockCore[Any], blocking: bool, timeout: float | None) -> Op[bo
             )
             now = yield NOW
             if lock._late_grant(plan, result, now):
-                yield Execute(lock._cleanup_statements(plan.ticket), cleanup=True)
+                yield RunTx(lock._cleanup_statements(plan.ticket), cleanup=True)
                 continue
             done = lock._attempt_done(plan, result, sent_at, now)
             if done is not None:
@@ -210,7 +211,7 @@ def acquire(lock: LockCore[Any], blocking: bool, timeout: float | None) -> Op[bo
         if not isinstance(exc, (ServerError, ClientClosed)):
             cleanup = lock._cleanup_statements(plan.ticket)
             try:
-                yield Execute(cleanup, cleanup=True)
+                yield RunTx(cleanup, cleanup=True)
             except LockClientError:
                 # Sent again before the session's next call: a grant nobody knows of must
                 # not outlive the failure (a replicated group's session lives on).
@@ -224,28 +225,28 @@ def acquire(lock: LockCore[Any], blocking: bool, timeout: float | None) -> Op[bo
         raise
 
 
-def release(lock: LockCore[Any]) -> Op[bool]:
+def release(lock: RecipeCore[Any]) -> Op[bool]:
     """``release()``: True when this grant's entries were removed; False without a call when
     not held; LockLostError when the grant was lost."""
     statements = lock._start_release()
     if statements is None:
         return False
     try:
-        result: Result = yield Execute(statements)
+        result: Result = yield RunTx(statements)
     except (ConnectionLost, ClientTimeout):
         # Its outcome is unknown (the connection, or a group's replica, died or stalled with
         # the release in flight). A release removes only this grant's entries, so sending it
         # again is safe, and needed: a session that lives on (a replicated group) would
         # otherwise keep the lock that its owner believes released.
         try:
-            result = yield Execute(statements)
+            result = yield RunTx(statements)
         except LockClientError:
             lock._session.defer_cleanup(lock.namespace, statements)
             raise
     return lock._release_done(result)
 
 
-def exit_block(lock: LockCore[Any], failed: bool) -> Op[None]:
+def exit_block(lock: RecipeCore[Any], failed: bool) -> Op[None]:
     """Leaving a ``with`` block (``failed``: the block raised): release (a cleanup step:
     shielded on the async face), or just forget the grant for a lock that is not released
     on exit (a time window). Raises LockLostError when the grant was lost and the block did
@@ -263,7 +264,7 @@ def exit_block(lock: LockCore[Any], failed: bool) -> Op[None]:
         statements = lock._start_release()
         if statements is None:
             return
-        result = yield Execute(statements, cleanup=True)
+        result = yield RunTx(statements, cleanup=True)
         if result is not None:  # None: the bounded cleanup ran out; the session's expiry frees it
             lock._release_done(result)
     except LockClientError:
@@ -273,25 +274,25 @@ def exit_block(lock: LockCore[Any], failed: bool) -> Op[None]:
         log.warning("releasing %r after an error failed", lock, exc_info=True)
 
 
-def locked(lock: LockCore[Any]) -> Op[bool]:
+def locked(lock: RecipeCore[Any]) -> Op[bool]:
     """``locked()``: True when an acquire by this session would not succeed now; one
     transaction that changes nothing."""
     statements = lock._probe_statements()
-    result: Result = yield Execute(statements)
+    result: Result = yield RunTx(statements)
     return lock._probe_locked(result, statements)
 
 
-def refresh(lock: LockCore[Any]) -> Op[None]:
+def refresh(lock: RecipeCore[Any]) -> Op[None]:
     """``refresh()``: confirm the grant with the server and move ``valid_for()`` forward;
     LockLostError when it is gone; nothing when not held."""
     statements = lock._refresh_statements()
     if statements is None:
         return
     sent_at = yield NOW
-    lock._refresh_done((yield Execute(statements)), sent_at)
+    lock._refresh_done((yield RunTx(statements)), sent_at)
 
 
 def state(lock: TaskClaimKind[Any]) -> Op[str]:
     """``StateLock.state()``: the task's state now."""
-    result: Result = yield Execute(lock._state_statements())
+    result: Result = yield RunTx(lock._state_statements())
     return task_state(result.get("claim"), result.get("states"))

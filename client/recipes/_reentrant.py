@@ -37,9 +37,9 @@ import threading
 from collections.abc import Hashable
 from typing import Any, Generic, TypeVar
 
-from client._core import SessionState
+from client._session_state import SessionState
 
-from ._base import LockCore, LockLostError, OnLost, S, check_name, seconds
+from ._base import LockLostError, OnLost, RecipeCore, S, check_name, seconds
 from ._ops import Op, acquire, locked, release
 
 __all__ = [
@@ -50,7 +50,7 @@ __all__ = [
     "reentrant_release",
 ]
 
-L = TypeVar("L", bound=LockCore[Any])
+L = TypeVar("L", bound=RecipeCore[Any])
 
 
 class Hold(Generic[L]):

@@ -29,17 +29,16 @@ from client._sync import LockClient
 from client._sync_session import Session
 
 from . import _ops
-from ._base import LockCore, NotAcquired
+from ._base import NotAcquired, RecipeCore
 from ._kinds import (
     LockSetKind,
     MutexKind,
     ReadKind,
     SemaphoreKind,
-    TaskClaimKind,
-    TimeWindowKind,
     WriteKind,
 )
 from ._multi import MultiLockBase, ReadWriteBase
+from ._task_kinds import TaskClaimKind, TimeWindowKind
 
 __all__ = [
     "LockSet",
@@ -55,7 +54,7 @@ __all__ = [
 ]
 
 
-class SyncLock(LockCore[Session]):
+class SyncLock(RecipeCore[Session]):
     """The blocking lock interface every sync recipe has (``threading.Lock`` conventions)."""
 
     _clock = staticmethod(monotonic)

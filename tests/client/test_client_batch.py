@@ -35,7 +35,8 @@ from client import (
     SetVar,
     open_lock_client,
 )
-from client._core import ClientCore, SessionState
+from client._core import ClientCore
+from client._session_state import SessionState
 from client._sync_session import BATCH_CHUNK
 from client._wire import EXECUTE, Batch, Wire, batch_results
 from lockserver import RunningServer, ServerConfig, serve

@@ -9,7 +9,8 @@ import pytest
 
 import client
 import protocol
-from client._core import ClientCore, SessionState
+from client._core import ClientCore
+from client._session_state import SessionState
 from client._wire import (
     CANCEL,
     END,

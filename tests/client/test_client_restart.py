@@ -26,7 +26,8 @@ from client import (
     SetVar,
     open_lock_client,
 )
-from client._core import ClientCore, SessionState
+from client._core import ClientCore
+from client._session_state import SessionState
 from lockserver import RunningServer
 from protocol import Cause, Status, TransactionResult, Welcome
 

@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 import pytest
 
 from client import ClientTimeout, ErrorCode, Mutex, Result, ServerError
-from client._core import ClientCore, SessionState
+from client._core import ClientCore
+from client._session_state import SessionState
 from client.recipes import _ops
 from client.recipes._base import MAX_LATE_GRANTS, LockLostError
 from protocol import Cause, Status, TransactionResult
@@ -63,12 +64,12 @@ def mutex() -> Mutex:
     return Mutex(FakeSession(), "ns", "m", min_uptime=2.0, min_trust=0.5)  # type: ignore[arg-type]
 
 
-def first_execute(op: _ops.Op[Any], now: float) -> _ops.Execute:
+def first_execute(op: _ops.Op[Any], now: float) -> _ops.RunTx:
     """Start ``op`` and answer its clock steps with ``now`` until it wants a call."""
     step = next(op)
     while step is _ops.NOW or step is _ops.WELCOME:
         step = op.send(now if step is _ops.NOW else _Welcome())
-    assert isinstance(step, _ops.Execute)
+    assert isinstance(step, _ops.RunTx)
     return step
 
 
@@ -84,7 +85,7 @@ def test_a_blocking_acquire_waits_on_the_server_and_asks_again_until_its_timeout
     step = op.send(103.0)
     assert step is _ops.NOW  # the next attempt's send time
     step = op.send(103.0)
-    assert isinstance(step, _ops.Execute) and step.wait == 2.0
+    assert isinstance(step, _ops.RunTx) and step.wait == 2.0
     assert op.send(result(True, fence=9)) is _ops.NOW
     with pytest.raises(StopIteration) as done:
         op.send(104.0)
@@ -126,7 +127,7 @@ def test_an_unknown_outcome_is_cleaned_up_before_the_error_propagates() -> None:
     attempt = first_execute(op, 0.0)
     timeout = ClientTimeout("no reply")
     cleanup = op.throw(timeout)
-    assert isinstance(cleanup, _ops.Execute) and cleanup.cleanup and cleanup.wait is None
+    assert isinstance(cleanup, _ops.RunTx) and cleanup.cleanup and cleanup.wait is None
     ticket = attempt.statements[0].condition.value  # type: ignore[attr-defined]
     assert [s.operator.value for s in cleanup.statements] == [ticket]  # type: ignore[attr-defined]
     with pytest.raises(ClientTimeout) as raised:
@@ -168,7 +169,7 @@ def test_leaving_a_block_releases_and_reports_a_loss_unless_the_block_failed(
             acquire.send(0.0)
         op = _ops.exit_block(lock, failed)
         step = next(op)
-        assert isinstance(step, _ops.Execute) and step.cleanup
+        assert isinstance(step, _ops.RunTx) and step.cleanup
         with caplog.at_level(logging.WARNING, "client.recipes"):
             if failed:
                 with pytest.raises(StopIteration):
@@ -181,17 +182,17 @@ def test_leaving_a_block_releases_and_reports_a_loss_unless_the_block_failed(
 
 
 def test_run_drives_a_whole_acquire_and_release_in_memory() -> None:
-    """``Run`` answers clock steps from its clock and hands out Execute steps and the
+    """``Run`` answers clock steps from its clock and hands out RunTx steps and the
     WELCOME step (which the driver answers from the session); an in-memory "server" is
     enough to acquire, probe, refresh and release a Mutex."""
     lock = mutex()
     clock = iter(float(t) for t in range(100))
-    calls: list[_ops.Execute] = []
+    calls: list[_ops.RunTx] = []
 
     def drive(op: _ops.Op[Any], answer: Result) -> Any:
         run = _ops.Run(op, lambda: next(clock))
         while (step := run.next()) is not None:
-            if isinstance(step, _ops.Execute):
+            if isinstance(step, _ops.RunTx):
                 calls.append(step)
                 run.value = answer
             else:
@@ -215,7 +216,7 @@ def test_run_throws_a_call_error_into_the_operation() -> None:
     run = _ops.Run(_ops.acquire(mutex(), True, None), lambda: 0.0)
     assert run.next() is _ops.WELCOME
     run.value = _Welcome()
-    assert isinstance(run.next(), _ops.Execute)
+    assert isinstance(run.next(), _ops.RunTx)
     run.error = ClientTimeout("x")
     cleanup = run.next()
     assert cleanup is not None and cleanup.cleanup
@@ -242,12 +243,12 @@ def test_an_error_fetching_the_welcome_abandons_the_acquire_without_a_call() -> 
 # --- grants that arrive after their session's guarantee ran out ---------------------------------
 
 
-def _late_round(op: _ops.Op[Any], lock: Mutex, now: float) -> _ops.Execute:
+def _late_round(op: _ops.Op[Any], lock: Mutex, now: float) -> _ops.RunTx:
     """Answer the pending attempt with a grant that arrives at ``now``, past the session's
     guarantee; return the cleanup step the operation sends for it."""
     assert op.send(result(True, fence=3)) is _ops.NOW
     cleanup = op.send(now)
-    assert isinstance(cleanup, _ops.Execute) and cleanup.cleanup and cleanup.wait is None
+    assert isinstance(cleanup, _ops.RunTx) and cleanup.cleanup and cleanup.wait is None
     assert not lock.held
     return cleanup
 
@@ -271,7 +272,7 @@ def test_a_grant_arriving_after_the_session_guarantee_is_removed_and_asked_again
     assert [s.operator.value for s in cleanup.statements] == [ticket]  # type: ignore[attr-defined]
     assert op.send(result(True, data=[("released", True)])) is _ops.NOW
     again = op.send(171.0)
-    assert isinstance(again, _ops.Execute) and again.statements == attempt.statements
+    assert isinstance(again, _ops.RunTx) and again.statements == attempt.statements
     session._valid_deadline = 231.0  # the new reply's guarantee
     assert op.send(result(True, fence=11)) is _ops.NOW
     with pytest.raises(StopIteration) as done:
@@ -303,10 +304,10 @@ def test_late_grants_in_a_row_end_in_client_timeout_after_a_cleanup() -> None:
     for _ in range(MAX_LATE_GRANTS):
         _late_round(op, lock, 200.0)
         assert op.send(result(True, data=[("released", True)])) is _ops.NOW
-        assert isinstance(op.send(200.0), _ops.Execute)
+        assert isinstance(op.send(200.0), _ops.RunTx)
     assert op.send(result(True)) is _ops.NOW
     final = op.send(300.0)
-    assert isinstance(final, _ops.Execute) and final.cleanup
+    assert isinstance(final, _ops.RunTx) and final.cleanup
     with pytest.raises(ClientTimeout, match="grants in a row arrived after"):
         op.send(result(True, data=[("released", True)]))
     assert not lock.held

@@ -1,0 +1,142 @@
+"""The recipes' values and checks: their errors, argument checks, constants and the plan of
+one acquire; no state, no I/O (``_base``'s :class:`~._base.RecipeCore` and the kinds use them,
+``_base`` re-exports them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from client._errors import LockClientError
+from client._inspect import describe_holders
+from client._result import Result
+from client._session_state import SessionState
+from protocol import LockLost, Statement
+
+__all__ = [
+    "CLEANUP_TIMEOUT",
+    "DEFAULT_MAX_WAIT",
+    "MAX_LATE_GRANTS",
+    "AcquirePlan",
+    "LockLostError",
+    "NotAcquired",
+    "OnLost",
+    "S",
+    "UnknownStamp",
+    "check_name",
+    "max_wait_of",
+    "same_value",
+    "seconds",
+]
+
+#: The wait asked of a server whose Welcome does not say its ``max_wait``.
+DEFAULT_MAX_WAIT = 300.0
+#: Bound on the shielded cleanup after a cancelled or failed acquire, and on releases at exit.
+CLEANUP_TIMEOUT = 10.0
+#: Grants in one acquire that may arrive after their session's guarantee ran out (each is
+#: removed and asked again) before the acquire fails with ClientTimeout.
+MAX_LATE_GRANTS = 3
+
+OnLost = Callable[[LockLost], object]
+S = TypeVar("S", bound=SessionState)
+
+
+class LockLostError(LockClientError):
+    """The lock was lost while held: its session expired or was ended, its entry's time to
+    live ran out, or the server restarted. ``event`` is the ``LockLost`` notice (the server's,
+    or the one the client made at a reconnect: reason ``RESTARTED`` or ``EXPIRED`` with no
+    entries; None when the loss was found by a call rather than announced). Named
+    ``LockLostError`` because ``client.LockLost`` is the event itself."""
+
+    def __init__(self, lock: object, event: LockLost | None) -> None:
+        why = "no longer held on the server" if event is None else f"lost ({event.reason.value})"
+        super().__init__(f"{lock!r} was {why}")
+        self.lock = lock
+        self.event = event
+
+
+class NotAcquired(LockClientError):
+    """``with lock:`` / ``async with lock:`` could not acquire the lock (e.g. the server
+    refused the reliability contract). ``result`` is the last reply, for its ``cause``."""
+
+    def __init__(self, lock: object, result: Result | None) -> None:
+        detail = "" if result is None else f": {result!r}"
+        if result is not None and result.holders:
+            detail += f" ({describe_holders(result.holders)})"
+        super().__init__(f"{lock!r} was not acquired{detail}")
+        self.lock = lock
+        self.result = result
+
+
+class UnknownStamp(LockClientError):
+    """``release_locks(stamp)`` with a stamp that this MultiLock did not hand out (or has
+    already released)."""
+
+
+def check_name(what: str, value: object) -> str:
+    """A non-blank str, else TypeError/ValueError naming ``what``."""
+    if type(value) is not str:
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{what} must not be blank")
+    return value
+
+
+def seconds(what: str, value: object, *, positive: bool = False) -> float:
+    """A finite number of seconds (>= 0, or > 0 when ``positive``), else ValueError."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (positive and value == 0)
+    ):
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(f"{what} must be a finite number of seconds {bound}, got {value!r}")
+    return float(value)
+
+
+class AcquirePlan:
+    """One ``acquire`` call: its statements and how long it may keep asking the server."""
+
+    __slots__ = ("blocking", "deadline", "late", "statements", "ticket")
+
+    def __init__(
+        self, ticket: str, statements: list[Statement], blocking: bool, deadline: float | None
+    ) -> None:
+        self.ticket = ticket
+        self.statements = statements
+        self.blocking = blocking
+        self.deadline = deadline  # local time; None: until granted
+        self.late = 0  # grants that arrived after their own guarantee had run out
+
+    def wait(self, now: float, max_wait: float) -> float | None:
+        """The ``wait`` of the next attempt (None: answer at once)."""
+        if not self.blocking:
+            return None
+        if self.deadline is None:
+            return max_wait
+        return min(max_wait, max(0.0, self.deadline - now))
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Wire-value equality, as the server compares values: types must match (1, 1.0 and
+    True are different values)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is list or type(a) is tuple:
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(same_value(v, b[k]) for k, v in a.items())
+    return bool(a == b)
+
+
+def max_wait_of(limits: Mapping[str, Any]) -> float:
+    """The longest ``wait`` the server accepts, from its Welcome limits."""
+    value = limits.get("max_wait")
+    try:
+        return seconds("max_wait", value, positive=True)
+    except ValueError:
+        return DEFAULT_MAX_WAIT
