@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, Final, cast
+from zlib import crc32
 
 from protocol import (
     DEFAULT_MAX_FRAME,
@@ -449,9 +450,19 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
     group = keys.get((ctx.namespace, table))
     if group is None:
         group = keys[ctx.namespace, table] = {}
-    group[var] = None
-    if type(group) is dict and len(group) >= SHARD_AT:
-        keys[ctx.namespace, table] = StableKeys(group)  # (_store.Group says why)
+    if type(group) is dict:
+        group[var] = None
+        if len(group) >= SHARD_AT:
+            keys[ctx.namespace, table] = StableKeys(group)  # (_store.Group says why)
+    else:
+        # StableKeys.__setitem__ and stable_hash inlined: a session holding more than
+        # SHARD_AT variables of one table (one pipelined connection acquiring) pays no call
+        # for them (issue 32).
+        stable: StableKeys = group  # type: ignore[assignment]
+        shard = stable.shards[crc32(var.encode("utf-8", "surrogatepass")) & stable.mask]
+        if var not in shard:
+            stable.n += 1
+            shard[var] = None
     session.held += 1
     store.entry_count += 1
     return True
