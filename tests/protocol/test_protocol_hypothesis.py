@@ -596,6 +596,7 @@ def test_the_acquire_shortcut_decodes_like_the_tree_walk(
         ]
 
 
+@pytest.mark.pure_only("replaces the tree walk by patching protocol._trees._TreeDecoder")
 def test_the_acquire_shortcut_walks_no_tree(monkeypatch: pytest.MonkeyPatch) -> None:
     """[Assert(SetVar(table, var[, value]))] within the limits is decoded without the tree
     walk (the walk is made to fail here), anything else still goes through it."""
