@@ -360,7 +360,9 @@ def _server_figures(
 
 def server_build() -> str:
     """``pure`` or ``compiled``: the build a spawned lockserver would run (its ``--version``
-    in the environment lockbench spawns it with)."""
+    in the environment lockbench spawns it with). A server older than the compiled build
+    (its version line names no build, e.g. ``--server-root`` a checkout of a7f247a) runs
+    pure Python."""
     done = subprocess.run(
         [sys.executable, "-P", "-m", "lockserver", "--version"],
         capture_output=True,
@@ -372,6 +374,8 @@ def server_build() -> str:
     for name in ("compiled", "partial", "pure"):
         if f"({name} build)" in text:
             return name
+    if done.returncode == 0 and text.strip().startswith("lockserver ") and "(" not in text:
+        return "pure"
     raise SpawnError(f"lockserver --version said: {text.strip() or '(nothing)'}")
 
 

@@ -397,8 +397,11 @@ def _fast_execute(w: dict[str, Any], rid: int, limits: TreeLimits) -> Execute | 
         ):
             return None
         max_age = _fast_number(get("max_age"), DEFAULT_SESSION_MAX_AGE)
-        min_uptime = _fast_number(get("min_uptime"), 0.0)
-        min_trust = _fast_number(get("min_trust"), 0.0)
+        # Absent (the common case) without a call.
+        min_uptime = get("min_uptime")
+        min_uptime = 0.0 if min_uptime is None else _fast_number(min_uptime, 0.0)
+        min_trust = get("min_trust")
+        min_trust = 0.0 if min_trust is None else _fast_number(min_trust, 0.0)
         wait = get("wait")
         if (
             max_age is None

@@ -563,6 +563,26 @@ def statements_from_wire(
             ErrorCode.INVALID_TRANSACTION,
             f"statements must be an array, got {_wire_type(wire)}",
         )
+    if len(wire) == 1:
+        # The acquire, [Assert(SetVar(table, var[, value]))], in one step: what the walk below
+        # would build for it (two nodes, depth 2), without its eight calls (issue 32: the
+        # pipelined path's decode).
+        s = wire[0]
+        if type(s) is list and len(s) == 2 and s[0] == "Assert":
+            op = s[1]
+            if (
+                type(op) is list
+                and 3 <= len(op) <= 4
+                and op[0] == "SetVar"
+                and limits.max_depth >= 2
+                and limits.max_ops >= 2
+            ):
+                table, var = op[1], op[2]
+                value = op[3] if len(op) > 3 else None
+                if _plain_pair(table, var, limits.max_name) and _plain_value(
+                    value, limits.max_value
+                ):
+                    return (_mk_assert(_mk_setvar(table, var, value, None, None, False, None)),)
     d = _TreeDecoder(limits)
     return tuple(
         [d.statement(s, _TOP[i] if i < 64 else f"statements[{i}]", 0) for i, s in enumerate(wire)]

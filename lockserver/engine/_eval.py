@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, Final, cast
+from zlib import crc32
 
 from protocol import (
     DEFAULT_MAX_FRAME,
@@ -461,9 +462,19 @@ def _op_setvar(ctx: TxContext, node: Any) -> bool:
         group = keys[ctx.namespace, table] = {}
         if type(keys) is dict and len(keys) >= SHARD_AT:
             keys = session.keys = StableMap(keys)  # (_store.Held says why)
-    group[var] = None
-    if type(group) is dict and len(group) >= SHARD_AT:
-        keys[ctx.namespace, table] = StableKeys(group)  # (_store.Group says why)
+    if type(group) is dict:
+        group[var] = None
+        if len(group) >= SHARD_AT:
+            keys[ctx.namespace, table] = StableKeys(group)  # (_store.Group says why)
+    else:
+        # StableKeys.__setitem__ and stable_hash inlined: a session holding more than
+        # SHARD_AT variables of one table (one pipelined connection acquiring) pays no call
+        # for them (issue 32).
+        stable: StableKeys = group  # type: ignore[assignment]
+        shard = stable.shards[crc32(var.encode("utf-8", "surrogatepass")) & stable.mask]
+        if var not in shard:
+            stable.n += 1
+            shard[var] = None
     session.held += 1
     store.entry_count += 1
     return True

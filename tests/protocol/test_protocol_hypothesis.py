@@ -4,12 +4,13 @@ chunked; arbitrary garbage never makes a Connection raise anything but ProtocolE
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from protocol import (
@@ -84,7 +85,9 @@ from protocol import (
     request_to_wire,
     server_message_from_wire,
     server_message_to_wire,
+    statements_from_wire,
 )
+from protocol._trees import _TOP, _TreeDecoder
 
 # Generated trees can be deeper / larger than the default limits; the round trip is about the
 # encoding, the limits have their own tests.
@@ -510,6 +513,116 @@ def test_result_fast_path_decodes_like_the_general_path(rid: int, body: Transact
     wire = server_message_to_wire(Reply(rid, body))
     assert server_message_from_wire(wire) == Reply(rid, body)
     assert server_message_from_wire({**wire, "future_field": 1}) == Reply(rid, body)
+
+
+_ACQUIRE_NAMES = st.text(st.characters(codec="utf-8"), min_size=1, max_size=4)
+_ACQUIRE_VALUES = st.one_of(
+    st.none(),
+    st.text(max_size=12),
+    st.binary(max_size=12),
+    st.integers(min_value=-(2**64), max_value=2**65),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
+)
+# What sends the acquire's wire to the tree walk (or makes it an error there), one at a time;
+# "none" (most draws) leaves a valid acquire.
+_ACQUIRE_CHANGES: dict[str, Callable[[list[Any]], list[Any]]] = {
+    "outer": lambda w: [["Not", *w[0][1:]]],
+    "outer bytes": lambda w: [[b"Assert", *w[0][1:]]],
+    "inner": lambda w: [["Assert", ["Exists", *w[0][1][1:]]]],
+    "table": lambda w: [["Assert", ["SetVar", " ", *w[0][1][2:]]]],
+    "var": lambda w: [["Assert", ["SetVar", w[0][1][1], 7, *w[0][1][3:]]]],
+    "empty var": lambda w: [["Assert", ["SetVar", w[0][1][1], "", *w[0][1][3:]]]],
+    "description": lambda w: [["Assert", [*w[0][1][:3], None, "why"]]],
+    "no var": lambda w: [["Assert", ["SetVar", w[0][1][1]]]],
+    "two args": lambda w: [["Assert", w[0][1], None]],
+    "extra statement": lambda w: [*w, ["Abort"]],
+    "no statement": lambda w: [],
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _ACQUIRE_NAMES,
+    _ACQUIRE_NAMES,
+    st.lists(_ACQUIRE_VALUES, max_size=1),
+    st.sampled_from(["none"] * len(_ACQUIRE_CHANGES) + sorted(_ACQUIRE_CHANGES)),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(1, 5),
+    st.integers(32, 96),
+)
+def test_the_acquire_shortcut_decodes_like_the_tree_walk(
+    table: str,
+    var: str,
+    value: list[Any],
+    change: str,
+    max_depth: int,
+    max_ops: int,
+    max_name: int,
+    max_value: int,
+) -> None:
+    """statements_from_wire's one-step decode of [Assert(SetVar(table, var[, value]))] (issue
+    32) gives what the general tree walk gives for the same wire and limits: the same nodes,
+    or a ProtocolError with the same code and message (names, values, arities, op names and
+    the limits on both sides of their bounds)."""
+    wire: list[Any] = [["Assert", ["SetVar", table, var, *value]]]
+    if change != "none":
+        wire = _ACQUIRE_CHANGES[change](wire)
+    limits = TreeLimits(
+        max_depth=max_depth, max_ops=max_ops, max_name=max_name, max_value=max_value
+    )
+
+    def walked() -> tuple[Any, ...]:
+        d = _TreeDecoder(limits)
+        return tuple(d.statement(s, _TOP[i], 0) for i, s in enumerate(wire))
+
+    try:
+        expected: Any = walked()
+    except ProtocolError as exc:
+        event("refused")
+        with pytest.raises(ProtocolError) as got:
+            statements_from_wire(wire, limits)
+        assert (got.value.code, got.value.message) == (exc.code, exc.message)
+    else:
+        event("decoded")
+        decoded = statements_from_wire(wire, limits)
+        assert decoded == expected
+        assert [type(n) for n in decoded] == [type(n) for n in expected]
+        assert [type(n.condition) for n in decoded if isinstance(n, Assert)] == [
+            type(n.condition) for n in expected if isinstance(n, Assert)
+        ]
+
+
+@pytest.mark.pure_only("replaces the tree walk by patching protocol._trees._TreeDecoder")
+def test_the_acquire_shortcut_walks_no_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """[Assert(SetVar(table, var[, value]))] within the limits is decoded without the tree
+    walk (the walk is made to fail here), anything else still goes through it."""
+    import protocol._trees
+
+    class Refused(Exception):
+        pass
+
+    def no_walk(limits: TreeLimits) -> None:
+        raise Refused
+
+    monkeypatch.setattr(protocol._trees, "_TreeDecoder", no_walk)
+    assert statements_from_wire([["Assert", ["SetVar", "T", "v"]]]) == (Assert(SetVar("T", "v")),)
+    assert statements_from_wire([["Assert", ["SetVar", "T", "v", b"x"]]]) == (
+        Assert(SetVar("T", "v", b"x")),
+    )
+    for other in (
+        [["Assert", ["SetVar", "T", "v", None, "why"]]],
+        [["Assert", ["Exists", "T", "v"]]],
+        [["Assert", ["SetVar", "T", "v"]], ["Abort"]],
+        [["Assert", ["SetVar", " ", "v"]]],
+    ):
+        with pytest.raises(Refused):
+            statements_from_wire(other)
+    with pytest.raises(Refused):
+        statements_from_wire([["Assert", ["SetVar", "T", "v"]]], TreeLimits(max_depth=1))
 
 
 @given(results)
