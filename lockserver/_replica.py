@@ -50,8 +50,11 @@ Theory of operation (docs/replication.md):
 - **Snapshots**: the registered replica with the smallest id among those that proposed writes
   one every ``snapshot_every`` applied entries (and at most every ``snapshot_interval``
   seconds when something happened), then deletes older chunks and compacts etcd to its
-  revision. A replica whose watch falls behind a compaction loads the snapshot again (its
-  connections are closed: answers in the skipped entries cannot be delivered).
+  revision. The state is encoded by a forked child (``encode_snapshot``: the state at the
+  snapshot's revision, while the replica goes on serving), and no replica watches the
+  snapshot's keys (the watch ends before ``snapshot``). A replica whose watch falls behind a
+  compaction loads the snapshot again (its connections are closed: answers in the skipped
+  entries cannot be delivered).
 """
 
 from __future__ import annotations
