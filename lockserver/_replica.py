@@ -66,6 +66,7 @@ import math
 import os
 import secrets
 import signal
+import warnings
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
@@ -1072,7 +1073,12 @@ async def encode_snapshot(state: GroupState) -> EncodedSnapshot:
         return _encode(state)
     read_fd, write_fd = os.pipe()
     try:
-        pid = os.fork()
+        with warnings.catch_warnings():
+            # Python 3.12 on warns that a child forked beside threads (trio's workers) may
+            # deadlock on a lock one of them held: this child takes none (it pickles, writes
+            # to a pipe and exits; glibc's malloc is fork-safe).
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
     except BaseException:
         os.close(read_fd)
         os.close(write_fd)
