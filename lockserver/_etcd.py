@@ -450,9 +450,10 @@ class Etcd:
     # --- watch and status -----------------------------------------------------------------
 
     def watch(
-        self, prefix: bytes, *, start_revision: int
+        self, prefix: bytes, *, start_revision: int, range_end: bytes | None = None
     ) -> AbstractAsyncContextManager[AsyncIterator[list[WatchEvent]]]:
-        """Watch every key starting with ``prefix`` from ``start_revision`` (inclusive; the
+        """Watch every key starting with ``prefix`` (with ``range_end``: every key from
+        ``prefix`` up to, not including, ``range_end``) from ``start_revision`` (inclusive; the
         events already in etcd's history come first). Entering opens the stream (bounded by
         ``timeout`` per endpoint) and returns once etcd has created the watch; iterating
         gives batches of events in revision order, never splitting one revision's events.
@@ -463,6 +464,10 @@ class Etcd:
         ends it (the next call starts at another endpoint): resume with a new watch from the
         last revision seen + 1."""
         start, end = (b"\0", b"\0") if prefix == b"" else (prefix, prefix_end(prefix))
+        if range_end is not None:
+            if range_end <= prefix:
+                raise ValueError("a watch's range_end must sort after its first key")
+            start, end = prefix or b"\0", range_end
         return self._watch(start, end, start_revision)
 
     async def status(self) -> dict[str, Any]:

@@ -50,18 +50,25 @@ Theory of operation (docs/replication.md):
 - **Snapshots**: the registered replica with the smallest id among those that proposed writes
   one every ``snapshot_every`` applied entries (and at most every ``snapshot_interval``
   seconds when something happened), then deletes older chunks and compacts etcd to its
-  revision. A replica whose watch falls behind a compaction loads the snapshot again (its
-  connections are closed: answers in the skipped entries cannot be delivered).
+  revision. The state is encoded by a forked child (``encode_snapshot``: the state at the
+  snapshot's revision, while the replica goes on serving), and no replica watches the
+  snapshot's keys (the watch ends before ``snapshot``). A replica whose watch falls behind a
+  compaction loads the snapshot again (its connections are closed: answers in the skipped
+  entries cannot be delivered).
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import math
+import os
 import secrets
+import signal
+import warnings
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import attrs
 import trio
@@ -139,6 +146,8 @@ WITNESS_TTL: Final = 86_400
 WITNESS_EVERY: Final = 60.0
 #: Seconds a replica waits for a new group's first snapshot (its creator writes it at once).
 FIRST_SNAPSHOT_WAIT: Final = 10.0
+#: Seconds a snapshot's encoding (in a child process) may take before it is given up.
+SNAPSHOT_ENCODE_TIMEOUT: Final = 300.0
 #: Seconds between two warnings of one kind (rejected records, a clock re-anchored): one
 #: warning per burst, naming the first revision of it.
 WARN_EVERY: Final = 10.0
@@ -556,8 +565,13 @@ class Replica:
         backoff = 0.05
         while True:
             try:
+                # The keys a replica applies (genesis, log, replicas/) sort before
+                # "snapshot": the snapshot's chunks (megabytes) never come down the watch;
+                # a replica reads them only when it loads a snapshot.
                 async with self.etcd.watch(
-                    self.prefix, start_revision=self.state.revision + 1
+                    self.prefix,
+                    start_revision=self.state.revision + 1,
+                    range_end=self.prefix + b"snapshot",
                 ) as batches:
                     backoff = 0.05
                     async for events in batches:
@@ -883,16 +897,21 @@ class Replica:
                 continue
             try:
                 await self.write_snapshot()
-            except EtcdError as exc:
+            except (EtcdError, SnapshotError) as exc:
                 log.warning("replica %s: writing a snapshot failed: %s", self.rid, exc)
             last = trio.current_time()
 
     async def write_snapshot(self) -> int:
         """Write the applied state as the group's snapshot; delete older chunks; compact etcd
-        to its revision. Returns the revision."""
+        to its revision. Returns the revision. The state is encoded off the event loop
+        (:func:`encode_snapshot`): exactly as it stood at that revision, while the replica
+        goes on applying and serving."""
         revision = self.state.revision
         self.applied_since_snapshot = 0
-        size, chunks = await store_snapshot(self.etcd, self.prefix, self.state, self._snapshots)
+        encoded = await encode_snapshot(self.state)
+        size, chunks = await store_snapshot(
+            self.etcd, self.prefix, encoded, self._snapshots, revision=revision
+        )
         self.snapshot_revision = revision
         self.snapshots_written += 1
         if self.settings.compact:
@@ -1026,13 +1045,99 @@ def _open_genesis(value: bytes, group: str, sealer: Sealer | None) -> Genesis:
     return Genesis.from_bytes(body)
 
 
-async def store_snapshot(
-    etcd: Etcd, prefix: bytes, state: GroupState, sealer: Sealer | None
-) -> tuple[int, int]:
-    """Write ``state`` as the group's snapshot (its chunks, then its description, sealed with
-    ``sealer`` when given) and delete the previous one's chunks; (bytes, chunks)."""
-    revision = state.revision
+class EncodedSnapshot(NamedTuple):
+    """A state's snapshot bytes (``GroupState.snapshot``) and their SHA-256, hex."""
+
+    data: bytes
+    sha256: str
+
+
+def _encode(state: GroupState) -> EncodedSnapshot:
     data = state.snapshot()
+    return EncodedSnapshot(data, hashlib.sha256(data).hexdigest())
+
+
+async def encode_snapshot(state: GroupState) -> EncodedSnapshot:
+    """``state`` encoded as it stands when called, without stopping the event loop for it.
+
+    Pickling a large state takes the CPU for a long while (a 15 MB snapshot: hundreds of
+    milliseconds), and every request of the replica would wait behind it: so a forked child
+    process, whose memory is the parent's frozen at the fork (the kernel's copy-on-write,
+    as Redis writes its snapshots), pickles it and sends the bytes and their digest back
+    through a pipe, which the event loop reads as they come. The state the child encodes is
+    exactly the state at the fork: the parent keeps applying entries to its own copy. The
+    fork itself copies the process's page tables (milliseconds for hundreds of MB); the child
+    copies the pages it touches, so memory may grow by up to the state's size meanwhile.
+    Where ``fork`` is missing, the state is encoded in the event loop. Raises SnapshotError
+    when the child fails or takes longer than :data:`SNAPSHOT_ENCODE_TIMEOUT`."""
+    if not hasattr(os, "fork"):
+        return _encode(state)
+    read_fd, write_fd = os.pipe()
+    try:
+        with warnings.catch_warnings():
+            # Python 3.12 on warns that a child forked beside threads (trio's workers) may
+            # deadlock on a lock one of them held: this child takes none (it pickles, writes
+            # to a pipe and exits; glibc's malloc is fork-safe).
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+    except BaseException:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
+    if pid == 0:  # the child: encode, write, exit -- nothing of the parent's runs here
+        code = 1
+        try:
+            os.close(read_fd)
+            gc.disable()  # no finalizer of the parent's objects runs in the child
+            encoded = _encode(state)
+            head = b"%d %s\n" % (len(encoded.data), encoded.sha256.encode())
+            view = memoryview(head + encoded.data)
+            while view:
+                view = view[os.write(write_fd, view) :]
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    reaped = False
+    try:
+        with trio.fail_after(SNAPSHOT_ENCODE_TIMEOUT):
+            async with trio.lowlevel.FdStream(read_fd) as stream:
+                received = bytearray()
+                while piece := await stream.receive_some(1 << 20):
+                    received += piece
+            _, status = await trio.to_thread.run_sync(os.waitpid, pid, 0)
+            reaped = True
+    except trio.TooSlowError:
+        raise SnapshotError(
+            f"encoding a snapshot took longer than {SNAPSHOT_ENCODE_TIMEOUT:g} s"
+        ) from None
+    finally:
+        if not reaped:  # cancelled or timed out: the child is of no more use
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    head, _, body = bytes(received).partition(b"\n")
+    parts = head.split(b" ")
+    if status != 0 or len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) != len(body):
+        raise SnapshotError(f"encoding a snapshot failed in its child process (status {status})")
+    return EncodedSnapshot(body, parts[1].decode())
+
+
+async def store_snapshot(
+    etcd: Etcd,
+    prefix: bytes,
+    state: GroupState | EncodedSnapshot,
+    sealer: Sealer | None,
+    *,
+    revision: int | None = None,
+) -> tuple[int, int]:
+    """Write ``state`` (a state, or its snapshot encoded at ``revision``) as the group's
+    snapshot (its chunks, then its description, sealed with ``sealer`` when given) and delete
+    the previous one's chunks; (bytes, chunks)."""
+    if isinstance(state, GroupState):
+        revision = state.revision
+        state = _encode(state)
+    assert revision is not None
+    data = state.data
     chunks = [data[i : i + VALUE_LIMIT] for i in range(0, len(data), VALUE_LIMIT)] or [b""]
     base = prefix + b"snapshot/%020d/" % revision
     for i, chunk in enumerate(chunks):
@@ -1042,7 +1147,7 @@ async def store_snapshot(
             "revision": revision,
             "chunks": len(chunks),
             "size": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
+            "sha256": state.sha256,
         }
     )
     if sealer is not None:
