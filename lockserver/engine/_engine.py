@@ -41,6 +41,8 @@ Why / rules kept (SEMANTICS.md, issue #2):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
@@ -98,6 +100,8 @@ __all__ = [
     "EngineStatistics",
     "FeedRecord",
 ]
+
+Key = tuple[str, str, str]  # (namespace, table, var)
 
 #: Results of transactions with an id remembered per session for idempotent retries.
 RETRY_MEMORY = 32
@@ -225,12 +229,20 @@ class Engine:
 
     @property
     def track_changes(self) -> bool:
-        """Whether changed variables are collected (for the wait queue)."""
+        """Whether changed variables and ended sessions are collected (for the wait queue:
+        ``watch_changes``)."""
         return self.store.track_changes
 
-    @track_changes.setter
-    def track_changes(self, on: bool) -> None:
-        self.store.track_changes = on
+    @property
+    def changed(self) -> AbstractSet[Key]:
+        """The variables changed since the last ``drain_changes`` (a view: read it, take it
+        with ``drain_changes``)."""
+        return self.store.changed
+
+    @property
+    def ended_sessions(self) -> Sequence[str]:
+        """The ids of the sessions ended since the last ``drain_ended`` (a view)."""
+        return self.store.ended
 
     # --- public API ---------------------------------------------------------------------------
 
@@ -241,6 +253,60 @@ class Engine:
     def note_change(self, key: tuple[str, str, str]) -> None:
         """Record a change of ``key`` for waiters (when changes are tracked)."""
         self.store.note_change(key)
+
+    # --- for the wait queue -----------------------------------------------------------------
+    # What it parks counts in the store budget and shows as pending setters (``Waiting``,
+    # ``ArrivedBelow``), and it watches what changes and which sessions end: the engine keeps
+    # those counts and collections, the queue asks through these (it never changes the store).
+
+    def reserve_bytes(self, cost: int) -> EngineError | None:
+        """Count ``cost`` more bytes in the store budget (what a parked transaction holds);
+        the refusal (STORE_FULL, nothing counted) when that would pass ``max_store_bytes``."""
+        store = self.store
+        if store.stored + cost > store.max_store_bytes:
+            return store_full(store.stored, store.max_store_bytes)
+        store.stored += cost
+        return None
+
+    def release_bytes(self, cost: int) -> None:
+        """Stop counting ``cost`` bytes that ``reserve_bytes`` counted."""
+        self.store.stored -= cost
+
+    def add_pending_setter(self, key: Key, session_id: str) -> None:
+        """One more parked transaction of ``session_id`` would set ``key`` (``pending_sets``)."""
+        setters = self.store.pending_sets.setdefault(key, {})
+        setters[session_id] = setters.get(session_id, 0) + 1
+
+    def remove_pending_setter(self, key: Key, session_id: str) -> None:
+        """One fewer (one ``add_pending_setter`` of these undone); a count leaves at 0, a key
+        with no setter left goes."""
+        pending = self.store.pending_sets
+        setters = pending[key]
+        left = setters[session_id] - 1
+        if left:
+            setters[session_id] = left
+        else:
+            del setters[session_id]
+            if not setters:
+                del pending[key]
+
+    def watch_changes(self) -> None:
+        """Collect from now on the variables that change (``drain_changes``) and the sessions
+        that end (``drain_ended``)."""
+        self.store.track_changes = True
+
+    def unwatch_changes(self) -> None:
+        """Stop collecting, and forget the ended sessions collected (changed variables
+        collected stay until ``drain_changes``)."""
+        store = self.store
+        store.ended.clear()
+        store.track_changes = False
+
+    def drain_ended(self) -> list[str]:
+        """Take the ids of the sessions ended since the last call, in the order they ended
+        (only collected while watching, ``watch_changes``)."""
+        ended, self.store.ended = self.store.ended, []
+        return ended
 
     def uptime(self, now: float) -> float:
         """Seconds since the engine started (never negative)."""

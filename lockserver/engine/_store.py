@@ -413,10 +413,12 @@ class Store:
     ``entry_cost``) are kept incrementally by whoever changes the data. ``max_*``: the
     bounds a new entry is checked against.
     ``pending_sets``: (namespace, table, var) -> {session id: parked transactions of that
-    session holding a SetVar on it}, kept by the wait queue, read by ``Waiting``. With
-    ``track_changes`` on, ``note_change`` collects the variables changed and the engine
-    appends the id of every session that ends to ``ended`` (both for the waiters: only those
-    sessions' waiters are looked at, never every session that has one).
+    session holding a SetVar on it}, read by ``Waiting``. With ``track_changes`` on,
+    ``note_change`` collects the variables changed and the engine appends the id of every
+    session that ends to ``ended`` (both for the waiters: only those sessions' waiters are
+    looked at, never every session that has one). The wait queue changes none of these
+    itself: it asks the engine (``Engine.reserve_bytes``, ``add_pending_setter``,
+    ``watch_changes``, ``drain_ended``... under "for the wait queue"), which keeps them.
     """
 
     def __init__(

@@ -73,7 +73,7 @@ from protocol import (
 from ._deadlines import Deadlines
 from ._engine import Engine
 from ._records import WaitLimits, WaitStatistics
-from ._store import EngineError, store_full
+from ._store import EngineError
 
 __all__ = [
     "RUN_WEIGHT",
@@ -395,7 +395,7 @@ class WaitQueue:
                 refusal = self._park(owner, principal, token, session, tx, now, wait, result)
                 if refusal is not None:
                     answers.append((token, refusal))
-                elif self.engine.store.changed:
+                elif self.engine.changed:
                     # It is a new pending setter of a variable parked ArrivedBelow / Waiting
                     # nodes look at (``_park`` noted it): they may run now.
                     answers.extend(self.process(now=now, trust=trust))
@@ -423,8 +423,9 @@ class WaitQueue:
         if refusal is not None:
             return refusal
         engine = self.engine
-        if engine.store.stored + shape.cost > engine.limits.max_store_bytes:
-            return store_full(engine.store.stored, engine.limits.max_store_bytes)
+        refusal = engine.reserve_bytes(shape.cost)  # released in ``_remove``
+        if refusal is not None:
+            return refusal
         self._seq += 1
         w = _Waiter(self._seq, owner, principal, token, session, tx, shape, now, now + wait, last)
         w.seen = self._version
@@ -441,11 +442,9 @@ class WaitQueue:
         self._by_owner.setdefault(owner, {})[w.seq] = w
         ns = tx.namespace
         self.by_namespace[ns] = self.by_namespace.get(ns, 0) + 1
-        pending = engine.pending_sets
         watched = self._watched
         for key in w.sets:
-            setters = pending.setdefault(key, {})
-            setters[sid] = setters.get(sid, 0) + 1
+            engine.add_pending_setter(key, sid)
             if key in watched:
                 # One more pending setter: waiters that count them (ArrivedBelow) or give way
                 # to them (Waiting) must be looked at again, as when one goes (``_remove``).
@@ -453,9 +452,8 @@ class WaitQueue:
         for key in w.watches:
             watched[key] = watched.get(key, 0) + 1
         self._deadlines.add(w, (w.deadline, w.seq, w))
-        engine.store.stored += w.cost
         self._parked_total += 1
-        engine.track_changes = True
+        engine.watch_changes()
         return None
 
     def _check_count(self, owner: Hashable, session_id: str) -> EngineError | None:
@@ -524,23 +522,20 @@ class WaitQueue:
         engine = self.engine
         if not self._by_token:
             engine.drain_changes()
-            engine.store.ended.clear()
-            engine.track_changes = False
+            engine.unwatch_changes()
             return answers
-        store = engine.store
         deadlines = self._deadlines
         deadlines.advance(now)  # what is due by now is in the near heap (as the pass needs)
-        if not store.ended and not engine.expiry_due(now) and not deadlines.due(now):
+        if not engine.ended_sessions and not engine.expiry_due(now) and not deadlines.due(now):
             # Nothing ended, expired or ran out since the last pass: only a change of a
             # variable a waiter reads can make one run (waiters re-run on nothing else). An
             # execute while unrelated transactions wait changes none of theirs: no pass.
-            changed = store.changed
             by_key = self._by_key
-            for key in changed:
+            for key in engine.changed:
                 if key in by_key:
                     break
             else:
-                changed.clear()
+                engine.drain_changes()
                 return answers
         engine.sweep(now)
         self._drop_dead_sessions(now, answers)
@@ -601,20 +596,17 @@ class WaitQueue:
                     pending |= changed
             self._drop_dead_sessions(now, answers)
         if not self._by_token:
-            engine.store.ended.clear()
-            engine.track_changes = False
+            engine.unwatch_changes()
         return answers
 
     def _drop_dead_sessions(self, now: float, answers: list[Answer]) -> None:
         """Waiters whose session no longer exists (ended or expired) are answered with
         cause SessionExpired. Only the sessions that ended since the last look are looked at
-        (the store's ``ended``, kept while waiters exist): a pass costs nothing per session
-        that merely has a waiter."""
-        store = self.engine.store
-        ended = store.ended
-        if not ended:
+        (the engine's ``drain_ended``, collected while waiters exist): a pass costs nothing
+        per session that merely has a waiter."""
+        if not self.engine.ended_sessions:
             return
-        store.ended = []
+        ended = self.engine.drain_ended()
         sessions = self.engine.sessions
         by_session = self._by_session
         for sid in ended:
@@ -729,7 +721,7 @@ class WaitQueue:
         else:
             del self.by_namespace[ns]
         self._deadlines.discard(w, w.deadline)
-        self.engine.store.stored -= w.cost
+        self.engine.release_bytes(w.cost)
         ops = w.ops
         by_key = self._ops_by_key
         for key in w.keys:
@@ -759,16 +751,9 @@ class WaitQueue:
             # it (``ArrivedBelow``) must be looked at again, so for them this counts as a
             # change of those variables.
             engine = self.engine
-            pending = engine.pending_sets
             sid = w.session.session_id
             for key in w.sets:
-                setters = pending[key]
-                if setters[sid] == 1:
-                    del setters[sid]
-                    if not setters:
-                        del pending[key]
-                else:
-                    setters[sid] -= 1
+                engine.remove_pending_setter(key, sid)
                 if key in self._watched:
                     engine.note_change(key)
         for key in w.keys:

@@ -220,7 +220,7 @@ def test_the_engine_tracks_changes_only_while_something_waits() -> None:
 def test_process_with_no_waiters_stops_tracking() -> None:
     """With no waiter, process answers nothing, drops collected changes and stops tracking."""
     h = Harness()
-    h.engine.track_changes = True
+    h.engine.watch_changes()
     h.call(1, "a", LOCK)
     assert h.queue.process(now=START, trust=1.0) == []
     assert not h.engine.track_changes
