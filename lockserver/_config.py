@@ -39,8 +39,8 @@ from protocol import HEADER_SIZE
 
 from ._auth import SecurityConfigError, TokenSpec, check_tokens, parse_tokens_text, tokens_from_toml
 from ._build import DISTRIBUTION, version_line
-from ._etcd_access import etcd_endpoints
 from ._trust import TrustSettings
+from .replication import etcd_endpoints
 
 __all__ = [
     "ConfigError",
@@ -377,7 +377,7 @@ class ServerConfig:
     #: TOO_LARGE. Without tokens every connection is the same principal: max_subscriptions.
     max_subscriptions_per_principal: int = attrs.field(default=2_500, validator=_int_at_least(1))
     #: Longest time the poller keeps polling after serving a batch, when traffic is dense
-    #: (lockserver._busypoll), in seconds; 0 = always sleep between requests.
+    #: (lockserver.shell._busypoll), in seconds; 0 = always sleep between requests.
     busy_poll: float = attrs.field(
         default=_BUSY_POLL_DEFAULT, converter=_to_float, validator=_busy_poll_window
     )

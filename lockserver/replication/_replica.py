@@ -66,6 +66,17 @@ from typing import Any, Final
 import attrs
 import trio
 
+from lockserver._peer import Peer
+from lockserver.engine import (
+    BusyTable,
+    CoreStatistics,
+    Engine,
+    Listed,
+    Output,
+    SessionsListing,
+    Visibility,
+    VisibleCounts,
+)
 from protocol import (
     Cancel,
     Cause,
@@ -100,17 +111,6 @@ from ._group import (
     wire,
 )
 from ._groupauth import GroupKeys, Sealer, is_sealed
-from ._peer import Peer
-from .engine import (
-    BusyTable,
-    CoreStatistics,
-    Engine,
-    Listed,
-    Output,
-    SessionsListing,
-    Visibility,
-    VisibleCounts,
-)
 
 __all__ = [
     "GroupRefused",

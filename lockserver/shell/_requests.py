@@ -73,6 +73,11 @@ from typing import Any, Final
 import attrs
 import trio
 
+from lockserver._auth import Authenticator, Principal
+from lockserver._config import ServerConfig
+from lockserver._peer import TURN_SECONDS, Peer
+from lockserver._trust import TrustMonitor
+from lockserver.engine import Door, EngineError, Listed, Output, SessionsListing
 from protocol import (
     DEFAULT_MAX_FRAME,
     HEADER_SIZE,
@@ -106,12 +111,6 @@ from protocol import (
     Unsubscribe,
     Welcome,
 )
-
-from ._auth import Authenticator, Principal
-from ._config import ServerConfig
-from ._peer import TURN_SECONDS, Peer
-from ._trust import TrustMonitor
-from .engine import Door, EngineError, Listed, Output, SessionsListing
 
 __all__ = ["FEED_BUFFER", "Alarm", "RequestHandler", "sessions_page"]
 

@@ -90,6 +90,33 @@ from typing import Any, Final
 import attrs
 import trio
 
+from lockserver._auth import Authenticator, Principal, SecurityConfigError, server_ssl_context
+from lockserver._build import build
+from lockserver._config import ConfigError, ServerConfig, server_version, skip_revisions
+from lockserver._gcstats import GcPauses
+from lockserver._peer import CLOSE_GRACE, Peer, Totals, linger
+from lockserver._trust import TrustMonitor
+from lockserver.engine import Door, Engine, EngineLimits, LockCore, Output, WaitLimits
+from lockserver.http import (
+    Durations,
+    Endpoints,
+    History,
+    HttpConnection,
+    HttpCounters,
+    HttpLimits,
+    ServerCollector,
+    is_http,
+    too_many,
+)
+from lockserver.replication import (
+    Genesis,
+    Replica,
+    ReplicatedDoor,
+    ReplicationSettings,
+    etcd_client,
+    etcd_endpoints,
+    read_group_secret,
+)
 from protocol import (
     PROTOCOL_VERSION,
     Connection,
@@ -101,24 +128,10 @@ from protocol import (
     Welcome,
 )
 
-from ._auth import Authenticator, Principal, SecurityConfigError, server_ssl_context
-from ._build import build
 from ._busypoll import BusyPoll
-from ._config import ConfigError, ServerConfig, server_version, skip_revisions
-from ._endpoints import Endpoints
-from ._etcd_access import etcd_client, etcd_endpoints
-from ._gcstats import GcPauses
-from ._group import Genesis
-from ._groupauth import read_group_secret
-from ._http import HttpConnection, HttpCounters, HttpLimits, is_http, too_many
 from ._http_listings import HttpListings
-from ._metrics import Durations, History, ServerCollector
-from ._peer import CLOSE_GRACE, Peer, Totals, linger
 from ._reading import Reader
-from ._replica import Replica, ReplicatedDoor, ReplicationSettings
 from ._requests import Alarm, RequestHandler
-from ._trust import TrustMonitor
-from .engine import Door, Engine, EngineLimits, LockCore, Output, WaitLimits
 
 __all__ = ["RunningServer", "serve"]
 
