@@ -295,7 +295,6 @@ class Arrivals:
                     yield w
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 def lacks(obj: object, name: str) -> bool:
     """Whether ``obj`` has no attribute ``name`` (set by a newer version than the snapshot
     that made it; a compiled object has no ``__dict__`` to ask)."""
@@ -306,6 +305,7 @@ def lacks(obj: object, name: str) -> bool:
     return False
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class WaitQueue:
     """Parked transactions over one engine. ``owner`` is what the shell cancels as a group
     (a connection), ``token`` identifies one parked request (e.g. (connection, request id));

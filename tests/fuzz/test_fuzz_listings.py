@@ -49,6 +49,13 @@ def nested(depth: int, inner: str = "") -> str:
     return "[" * depth + inner + "]" * depth
 
 
+def internal_errors(thread_server: ThreadedServer[RunningServer]) -> int:
+    """The server's ``internal_errors`` count (0 while no request has reached one: each
+    example checks it, whichever xdist worker runs it)."""
+    stats = thread_server.call(thread_server.server.statistics)
+    return int(stats["server"]["internal_errors"])
+
+
 @pytest.fixture(scope="module")
 def populated(thread_server: ThreadedServer[RunningServer]) -> Iterator[dict[str, str]]:
     """Entries in a few tables, sessions, two parked waiters (their client kept open); and one
@@ -200,7 +207,7 @@ def test_binary_listings_answer_a_page_or_a_precise_error(
 ) -> None:
     """Each example: a listing request of random shape and a ping, in one write: the
     listing is answered with its page or INVALID_MESSAGE / TOO_LARGE, and the ping after it
-    (the connection stays open)."""
+    (the connection stays open); internal_errors stays 0."""
     fields = data.draw(requests(populated))
     conv = Conversation(thread_server.port)
     try:
@@ -215,6 +222,7 @@ def test_binary_listings_answer_a_page_or_a_precise_error(
         assert isinstance(ping, Reply) and ping.request_id == PING_ID, (fields, ping)
     finally:
         conv.close()
+    assert internal_errors(thread_server) == 0, fields
 
 
 # --- HTTP ---------------------------------------------------------------------------------------
@@ -286,7 +294,7 @@ def test_http_listings_answer_200_or_a_400_with_its_reason(
     thread_server: ThreadedServer[RunningServer], populated: dict[str, str], data: st.DataObject
 ) -> None:
     """Each example: ``GET /v1/<listing>?<query>`` of random shape is 200 with the page or
-    400 with ``{"error": ...}`` naming what is wrong."""
+    400 with ``{"error": ...}`` naming what is wrong; internal_errors stays 0."""
     kind, query = data.draw(queries(populated))
     path = f"/v1/{kind}?{query}"
     status, body = http_get(thread_server.port, path)
@@ -298,6 +306,7 @@ def test_http_listings_answer_200_or_a_400_with_its_reason(
         assert status == 400, (query[:200], status, body)
     if status != 200:
         assert isinstance(body.get("error"), str) and body["error"], (query[:200], body)
+    assert internal_errors(thread_server) == 0, query[:200]
 
 
 # --- the attack of issue 30, as described -------------------------------------------------------
@@ -308,7 +317,7 @@ def test_a_deeply_nested_cursor_is_400_and_invalid_message_not_an_internal_error
 ) -> None:
     """A base64 cursor of 5,000 nested JSON arrays: HTTP 400 naming the cursor, binary
     INVALID_MESSAGE on a connection that stays usable; internal_errors unchanged."""
-    before = thread_server.call(thread_server.server.statistics)["server"]["internal_errors"]
+    before = internal_errors(thread_server)
     deep = b64(nested(5000).encode())
     for kind in KINDS:
         status, body = http_get(thread_server.port, f"/v1/{kind}?cursor={deep}")
@@ -323,16 +332,14 @@ def test_a_deeply_nested_cursor_is_400_and_invalid_message_not_an_internal_error
             assert isinstance(conv.next(), Reply)
         finally:
             conv.close()
-    after = thread_server.call(thread_server.server.statistics)["server"]["internal_errors"]
-    assert after == before
+    assert internal_errors(thread_server) == before
 
 
 def test_after_the_fuzzing_the_server_counted_no_internal_error(
     thread_server: ThreadedServer[RunningServer], populated: dict[str, str]
 ) -> None:
-    """Run last in this module (same server): no request reached ``internal_errors``, and a
-    listing still pages."""
-    stats = thread_server.call(thread_server.server.statistics)
-    assert stats["server"]["internal_errors"] == 0
+    """Run last in this module (on the same server, when one worker runs the module): no
+    request reached ``internal_errors``, and a listing still pages."""
+    assert internal_errors(thread_server) == 0
     status, body = http_get(thread_server.port, "/v1/holders?namespace=fz")
     assert status == 200 and len(body["holders"]) >= 5

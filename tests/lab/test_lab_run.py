@@ -27,7 +27,6 @@ DURATION = 60
     "a fault-lab run: its subject is the group under faults (netns, etcd, clocks)"
 )
 def test_a_short_lab_run_is_valid(tmp_path: Path) -> None:
-    before = {n for n in list_namespaces() if n.startswith(PREFIX)}
     out = tmp_path / "lab"
     done = subprocess.run(
         [
@@ -77,7 +76,9 @@ def test_a_short_lab_run_is_valid(tmp_path: Path) -> None:
         "replica-n1.log",
         "worker-c1.log",
     }
-    left = {n for n in list_namespaces() if n.startswith(PREFIX)} - before
+    # Only this run's namespaces: another lab may be running on the machine meanwhile.
+    mine = f"{PREFIX}{history.meta.settings['lab']}-"
+    left = {n for n in list_namespaces() if n.startswith(mine)}
     assert not left
 
 
