@@ -92,7 +92,13 @@ import trio
 
 from lockserver._auth import Authenticator, Principal, SecurityConfigError, server_ssl_context
 from lockserver._build import build
-from lockserver._config import ConfigError, ServerConfig, server_version, skip_revisions
+from lockserver._config import (
+    ConfigError,
+    ServerConfig,
+    advertised_limits,
+    server_version,
+    skip_revisions,
+)
 from lockserver._gcstats import GcPauses
 from lockserver._peer import CLOSE_GRACE, Peer, Totals, linger
 from lockserver._trust import TrustMonitor
@@ -403,37 +409,7 @@ class Server:
             max_value=config.max_value,
             max_ttl=config.max_ttl,
         )
-        self.limits: dict[str, Any] = {
-            "max_frame": config.max_frame,
-            "max_ops": config.max_ops,
-            "max_depth": config.max_depth,
-            "max_name": config.max_name,
-            "max_text": config.max_text,
-            "max_value": config.max_value,
-            "max_ttl": config.max_ttl,
-            "max_connections": config.max_connections,
-            "max_sessions": config.max_sessions,
-            "max_entries": config.max_entries,
-            "max_entries_per_session": config.max_entries_per_session,
-            "max_store_bytes": config.max_store_bytes,
-            "max_session_age": config.max_session_age,
-            "max_send_buffer": config.max_send_buffer,
-            "send_timeout": config.send_timeout,
-            "handshake_timeout": config.handshake_timeout,
-            "idle_timeout": config.idle_timeout,
-            "frame_timeout": config.frame_timeout,
-            "max_receive_total": config.max_receive_total,
-            "max_send_total": config.max_send_total,
-            "max_wait": config.max_wait,
-            "max_waiters": config.max_waiters,
-            "max_waiters_per_session": config.max_waiters_per_session,
-            "max_waiters_per_connection": config.max_waiters_per_connection,
-            "max_waiting_ops_per_variable": config.max_waiting_ops_per_variable,
-            "max_waiting_ops_per_session": config.max_waiting_ops_per_session,
-            "max_waiting_ops_per_principal": config.max_waiting_ops_per_principal,
-            "max_subscriptions": config.max_subscriptions,
-            "max_subscriptions_per_principal": config.max_subscriptions_per_principal,
-        }
+        self.limits = advertised_limits(config)  # what the welcome and stats report
         self.version = server_version()
         self.build = build()  # "pure" or "compiled" (lockserver/_build.py)
         # Drawn at every start: a client that reconnects and sees another instance knows
