@@ -3,8 +3,8 @@
 It owns accepting connections (``_server``: ``Server``, ``serve``, ``RunningServer``), the read
 path (``_reading``: the epoll poller and ``_busypoll``, its busy-poll policy), serving
 requests through the lock core's door (``_requests``), and the HTTP listings answered through
-the same checks (``_http_listings``). One call through the door per request; timers (expiry,
-trust ticks) live here too.
+the same checks (``_http_listings``), and the statistics record (``_statistics``). One call
+through the door per request; timers (expiry, trust ticks) live here too.
 
 May import: the standard library, trio, ``protocol``, ``lockserver.engine``, the HTTP face
 (``lockserver.http``), replication (``lockserver.replication``) and the foundations at the top

@@ -112,6 +112,8 @@ from protocol import (
     Welcome,
 )
 
+from ._statistics import ServerStatistics
+
 __all__ = ["FEED_BUFFER", "Alarm", "RequestHandler", "sessions_page"]
 
 log = logging.getLogger("lockserver")
@@ -150,8 +152,8 @@ class Alarm:
 class RequestHandler:
     """Serves the requests of every peer: checks, one door call each, delivery.
 
-    ``statistics(now, scope)`` is the shell's (what ``stats`` answers; with ``scope``, the
-    counts a principal may see: :meth:`scope`); ``alarm`` its timer. The
+    ``statistics(now, scope)`` is the shell's record (``stats`` answers its wire map; with
+    ``scope``, the counts a principal may see: :meth:`scope`); ``alarm`` its timer. The
     counters are read by the shell's statistics.
     """
 
@@ -163,7 +165,7 @@ class RequestHandler:
         auth: Authenticator | None,
         welcome: Welcome,
         alarm: Alarm,
-        statistics: Callable[[float, Principal | None], dict[str, Any]],
+        statistics: Callable[[float, Principal | None], ServerStatistics],
     ) -> None:
         self.config = config
         self.max_session_age = config.max_session_age  # read per execute
@@ -368,7 +370,7 @@ class RequestHandler:
         shared = self._turn_statistics
         if shared is not None and shared[0] == self.turn and shared[1] == c.number:
             return shared[2]
-        values = self.statistics(now, self.scope(c.principal))
+        values = self.statistics(now, self.scope(c.principal)).to_wire()
         self._turn_statistics = (self.turn, c.number, values)
         return values
 

@@ -138,6 +138,7 @@ from ._busypoll import BusyPoll
 from ._http_listings import HttpListings
 from ._reading import Reader
 from ._requests import Alarm, RequestHandler
+from ._statistics import ServerStatistics, ShellFigures
 
 __all__ = ["RunningServer", "serve"]
 
@@ -201,7 +202,7 @@ class RunningServer:
 
     def statistics(self) -> dict[str, Any]:
         """The nested figures the GetStatistics request answers (docs/configuration.md)."""
-        return self._shell.statistics(trio.current_time())
+        return self._shell.wire_statistics(trio.current_time())
 
     def shutdown(self) -> None:
         """Stop accepting, let in-flight replies drain, close every connection; ``serve``
@@ -479,12 +480,12 @@ class Server:
         self.history = History()  # the status page's chart, sampled by the trust ticker
         self.endpoints = Endpoints(
             config,
-            statistics=self.statistics,
+            statistics=self.wire_statistics,
             scope=self.requests.scope,
             shutting_down=lambda: self.shutting_down,
             history=self.history,
             collector=ServerCollector(
-                lambda: self.statistics(trio.current_time()),
+                lambda: self.wire_statistics(trio.current_time()),
                 durations=self.durations,
                 gc_pauses=self.gc_pauses,
                 http=self.http,
@@ -839,68 +840,58 @@ class Server:
 
     # --- statistics ---------------------------------------------------------------------------
 
-    def statistics(self, now: float, scope: Principal | None = None) -> dict[str, Any]:
-        """The statistics map (docs/configuration.md "Statistics"); with ``scope`` (a
+    def statistics(self, now: float, scope: Principal | None = None) -> ServerStatistics:
+        """The statistics record (docs/configuration.md "Statistics"); with ``scope`` (a
         principal that may not see the whole server) its counts are the principal's own
         (``LockCore.visible_counts``: docs/security.md)."""
         stats = self._statistics(now)
         if scope is None:
             return stats
-        counts = self.core.visible_counts(scope)
-        stats["engine"] = {
-            **stats["engine"],
-            "namespaces": counts.namespaces,
-            "tables": counts.tables,
-            "entries": counts.entries,
-            "sessions": counts.sessions,
-            "scope": scope.name,
-        }
-        stats["waiting"] = {**stats["waiting"], "waiters": counts.waiters}
-        del stats["server"]["sessions_tracked"]  # of every principal: not counted per one
-        return stats
+        return stats.scoped(scope.name, self.core.visible_counts(scope))
 
-    def _statistics(self, now: float) -> dict[str, Any]:
+    def wire_statistics(self, now: float, scope: Principal | None = None) -> dict[str, Any]:
+        """:meth:`statistics` as the ``stats`` reply's map: what the HTTP face reads."""
+        return self.statistics(now, scope).to_wire()
+
+    def _statistics(self, now: float) -> ServerStatistics:
         core, losses = self.core.statistics(now, trust=self.trust.trust(now))
         self.requests.deliver(losses)  # sessions that expired as the counts were taken
         requests = self.requests
-        extra: dict[str, Any] = {}
-        if self.replica is not None:
-            extra["replication"] = self.replica.statistics()
-        return {
-            "server": {
-                "version": self.version,
-                "build": self.build,
-                "host": self.hostname,
-                "address": self.address,
-                "uptime": core.engine.uptime,
-                "connections": len(self.clients),
-                "connections_blocked": self.totals.blocked,
-                "connections_total": self.connections_total,
-                "connections_refused": self.connections_refused,
-                "requests_total": requests.requests_total,
-                "protocol_errors": requests.protocol_errors,
-                "internal_errors": self.internal_errors + requests.internal_errors,
-                "slow_consumers_dropped": self.slow_consumers_dropped,
-                "handshake_timeouts": self.handshake_timeouts,
-                "idle_timeouts": self.idle_timeouts,
-                "frame_timeouts": self.frame_timeouts,
-                "overloaded_drops": self.reader.overloaded_drops,
-                "receive_buffered": self.totals.received,
-                "send_buffered": self.totals.unsent,
-                "events_sent": requests.events_sent,
-                "feed_events_sent": requests.feed_sent,
-                "feed_events_dropped": requests.feed_dropped,
-                "sessions_tracked": core.sessions_routed,
-                "http_connections": self.http.open,
-                "http_connections_evicted": self.http.evicted,
-                "http_requests_total": self.http.requests,
-                **self.reader.busy_poll.to_wire(),
-                **self.durations.passes_to_wire(),
-            },
-            "waiting": core.waiting.to_wire(),
-            "trust": attrs.asdict(self.trust.statistics(now)),
-            "engine": core.engine.to_wire(),
-            "limits": dict(self.limits),
-            "gc": self.gc_pauses.to_wire(),
-            **extra,
-        }
+        return ServerStatistics(
+            server=ShellFigures(
+                version=self.version,
+                build=self.build,
+                host=self.hostname,
+                address=self.address,
+                uptime=core.engine.uptime,
+                connections=len(self.clients),
+                connections_blocked=self.totals.blocked,
+                connections_total=self.connections_total,
+                connections_refused=self.connections_refused,
+                requests_total=requests.requests_total,
+                protocol_errors=requests.protocol_errors,
+                internal_errors=self.internal_errors + requests.internal_errors,
+                slow_consumers_dropped=self.slow_consumers_dropped,
+                handshake_timeouts=self.handshake_timeouts,
+                idle_timeouts=self.idle_timeouts,
+                frame_timeouts=self.frame_timeouts,
+                overloaded_drops=self.reader.overloaded_drops,
+                receive_buffered=self.totals.received,
+                send_buffered=self.totals.unsent,
+                events_sent=requests.events_sent,
+                feed_events_sent=requests.feed_sent,
+                feed_events_dropped=requests.feed_dropped,
+                sessions_tracked=core.sessions_routed,
+                http_connections=self.http.open,
+                http_connections_evicted=self.http.evicted,
+                http_requests_total=self.http.requests,
+                busy_poll=self.reader.busy_poll.to_wire(),
+                passes=self.durations.passes_to_wire(),
+            ),
+            waiting=core.waiting,
+            trust=self.trust.statistics(now),
+            engine=core.engine,
+            limits=self.limits,
+            gc=self.gc_pauses.to_wire(),
+            replication=None if self.replica is None else self.replica.statistics(),
+        )
