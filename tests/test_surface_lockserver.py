@@ -302,6 +302,7 @@ ENGINE_CALLS = {
     "LockCore.cancel": "(self, owner, request_id, target, *, now, trust)",
     "LockCore.owner_gone": "(self, owner, *, now, trust)",
     "LockCore.advance": "(self, now, *, trust, fence_floor=0)",
+    "LockCore.page_at": "(self, kind, query, *, now, trust, visible=None)",
     "LockCore.read_listing": "(self, kind, query, *, visible=None)",
     "LockCore.peek_statistics": "(self, now)",
     "LockCore.session_principal": "(self, session_id)",

@@ -388,12 +388,27 @@ class LockCore(Generic[OwnerT]):
         out.append(((owner, request_id), self._named(page)))
         return out
 
+    def page_at(
+        self,
+        kind: str,
+        query: ListQuery,
+        *,
+        now: float,
+        trust: float,
+        visible: Visibility | None = None,
+    ) -> tuple[Listed, list[Output[OwnerT]]]:
+        """The page :meth:`listing` answers at ``now`` (or the refusal of a bad cursor), for
+        a reader with no connection to answer (the HTTP face), and what reading it caused:
+        what was due by ``now`` expires first (a listing never shows a session that is gone),
+        its losses routed and the waiters it frees answered, as :meth:`statistics` does."""
+        out = self._expired(now, trust)
+        return self.read_listing(kind, query, visible=visible), out
+
     def read_listing(
         self, kind: str, query: ListQuery, *, visible: Visibility | None = None
     ) -> Listed:
         """The page :meth:`listing` would answer (or the refusal of a bad cursor), read from
-        the state as it stands: nothing expires first, nothing changes. The HTTP face reads
-        so (what is due to expire goes at the timer's next wake, on time); a replicated group
+        the state as it stands: nothing expires first, nothing changes. A replicated group
         reads its applied state so (only the log may change it)."""
         try:
             page = _LISTINGS[kind](self.engine, self.waits, query, visible, self._run)

@@ -12,8 +12,9 @@ Rules every door keeps (docs/architecture.md "The door"):
   list of what to send, addressed to the owners it was called with (``Output[OwnerT]``); the
   shell delivers them in that order and decides nothing.
 - The reads (``next_deadline``, ``uptime``, ``busiest_tables``, ``session_principal``) change
-  nothing. ``statistics`` may expire what is due (a single server) and returns what that
-  caused; a replica's reads its applied state and returns nothing to send.
+  nothing. ``statistics`` and ``page_at`` (the HTTP face's listing) may expire what is due
+  (a single server) and return what that caused; a replica's read its applied state and
+  return nothing to send.
 - ``engine`` is the engine behind the door, for reading (tests, embedding, statistics).
 
 This module is not compiled (a Protocol is a typing construct): it costs nothing at run time.
@@ -88,9 +89,15 @@ class Door(Protocol[OwnerT]):
         visible: Visibility | None = None,
     ) -> list[Output[OwnerT]]: ...
 
-    def read_listing(
-        self, kind: str, query: ListQuery, *, visible: Visibility | None = None
-    ) -> Listed: ...
+    def page_at(
+        self,
+        kind: str,
+        query: ListQuery,
+        *,
+        now: float,
+        trust: float,
+        visible: Visibility | None = None,
+    ) -> tuple[Listed, list[Output[OwnerT]]]: ...
 
     def busiest_tables(
         self, n: int, *, visible: Visibility | None = None

@@ -1241,13 +1241,20 @@ class ReplicatedDoor:
         r.read(owner, request_id, answer)
         return []
 
-    def read_listing(
-        self, kind: str, query: ListQuery, *, visible: Visibility | None = None
-    ) -> Listed:
-        # The HTTP face: the applied state, as it stands.
+    def page_at(
+        self,
+        kind: str,
+        query: ListQuery,
+        *,
+        now: float,
+        trust: float,
+        visible: Visibility | None = None,
+    ) -> tuple[Listed, list[Output[Peer]]]:
+        # The HTTP face: the applied state, as it stands (only the log may change it; what
+        # is due expires at the group's next tick).
         r = self.replica
         page = r.state.core.read_listing(kind, query, visible=visible)
-        return r.local_owners(page) if type(page) is SessionsListing else page
+        return (r.local_owners(page) if type(page) is SessionsListing else page), []
 
     def busiest_tables(
         self, n: int, *, visible: Visibility | None = None

@@ -3,8 +3,8 @@ the status page's busiest tables and longest waits.
 
 ``HttpListings`` turns a query string into the protocol's listing request and serves it
 through the checks a protocol ``holders`` / ``sessions`` / ``waiters`` request passes
-(``RequestHandler.read_listing``: the namespace check, the principal's visibility) and the
-door's own listing code (``read_listing``); it adds only the HTTP half: parsing the query,
+(``RequestHandler.page_at``: the namespace check, the principal's visibility) and the
+door's own listing code (``page_at``); it adds only the HTTP half: parsing the query,
 and rendering the page as JSON with the records of ``protocol.record_to_json``.
 
 Rules kept (issue 16 section 3, docs/operations.md "HTTP endpoints"):
@@ -17,8 +17,9 @@ Rules kept (issue 16 section 3, docs/operations.md "HTTP endpoints"):
   valueless parameter, bad percent-encoding (``%`` not followed by two hex digits, or bytes
   that are not UTF-8), a ``limit`` that is not a decimal integer in 1..1000, a field over its
   limit, a bad cursor. A namespace the token may not use is 403 (FORBIDDEN).
-- **A read changes nothing**: the page is read from the state as it stands (the door's
-  ``read_listing``); what is due to expire goes at the timer's next wake, which is on time.
+- A page is as of the request's time: on a single server what was due expires first, and
+  those sessions' ``lost`` events are delivered to the connections they are for, as after
+  any request; a replica reads its applied state and changes nothing (only the log may).
 """
 
 from __future__ import annotations
@@ -160,9 +161,9 @@ class HttpListings:
         return HttpResponse.json(200, to_json(answer))
 
     def _ask(self, kind: str, query: ListQuery, principal: Principal, now: float) -> Any:
-        """One listing through the request handler's check and the door's read (which
-        changes nothing); returns the answer (a page, or the EngineError that refused it)."""
-        answer = self.requests.read_listing(kind, query, principal)
+        """One listing through the request handler's check and the door's ``page_at``;
+        returns the answer (a page, or the EngineError that refused it)."""
+        answer = self.requests.page_at(kind, query, principal, now)
         if type(answer) is SessionsListing:
             return sessions_page(answer)
         return answer

@@ -435,16 +435,21 @@ class RequestHandler:
         )
         self.deliver(outs, c)
 
-    def read_listing(self, kind: str, query: ListQuery, principal: Principal) -> Listed:
-        """A listing page for the HTTP face asking as ``principal``, read from the state as
-        it stands (the door's read that changes nothing): a page, a :class:`SessionsListing`,
-        or an ``EngineError`` (FORBIDDEN when, with tokens, the query names a namespace
-        ``principal`` may not use; a bad cursor). Protocol and HTTP listings are checked by
+    def page_at(self, kind: str, query: ListQuery, principal: Principal, now: float) -> Listed:
+        """A listing page for the HTTP face asking as ``principal`` at ``now`` (one door call,
+        ``page_at``): a page, a :class:`SessionsListing`, or an ``EngineError`` (FORBIDDEN
+        when, with tokens, the query names a namespace ``principal`` may not use; a bad
+        cursor). What the door returns beside it (the losses of sessions that expired first)
+        is delivered to the connections it is for. Protocol and HTTP listings are checked by
         the same rule (``_listing_refusal``) and read by the same door code."""
         refusal = self._listing_refusal(kind, query, principal)
         if refusal is not None:
             return refusal
-        return self.core.read_listing(kind, query, visible=self.visible(principal))
+        page, outs = self.core.page_at(
+            kind, query, now=now, trust=self.trust.trust(now), visible=self.visible(principal)
+        )
+        self.deliver(outs)
+        return page
 
     def _listing_refusal(
         self, kind: str, query: ListQuery, principal: Principal
