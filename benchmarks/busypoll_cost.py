@@ -3,7 +3,7 @@ at fractions of the 64-connection capacity, for one checkout ("before") and anot
 pinned, in one sitting.
 
 Why: issue 19 found busy_poll spinning through every gap at half load (~100% of a core to
-serve half of its capacity); the policy in ``lockserver/_busypoll.py`` now spins within a
+serve half of its capacity); the policy in ``lockserver/shell/_busypoll.py`` now spins within a
 share of the time it serves. The claim to check is twofold: at 10% and 50% of capacity the
 server's CPU with busy_poll is within ~15% of its CPU without, and at ~90% the latency gain
 stays. So each cell is (checkout, busy_poll, load) and reports the server's CPU per second of

@@ -24,7 +24,7 @@ __all__ = ["main"]
 
 
 def _ops(n: int) -> list[list[Any]]:
-    from lockserver._group import wire
+    from lockserver.replication._group import wire
     from protocol import Assert, Execute, SessionSpec, SetVar, Transaction
 
     session = SessionSpec("blast-0123456789-3")
@@ -57,8 +57,8 @@ def _median_us(call: Callable[[], object], loops: int, repeat: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lockserver._group import Genesis, GroupState, encode_entry
-    from lockserver._groupauth import GroupKeys
+    from lockserver.replication._group import Genesis, GroupState, encode_entry
+    from lockserver.replication._groupauth import GroupKeys
     from protocol import pack
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -30,7 +30,8 @@ PROTOCOL = ["protocol/_codec.py", "protocol/_trees.py", "protocol/_framing.py"]
 PROTOCOL += ["protocol/_connection.py"]
 ENGINE = [f"lockserver/engine/{m}.py" for m in ("_eval", "_engine", "_store", "_waiting")]
 ENGINE += [f"lockserver/engine/{m}.py" for m in ("_core", "_sharded", "_deadlines")]
-SHELL = [f"lockserver/{m}.py" for m in ("_requests", "_reading", "_peer", "_busypoll")]
+SHELL = [f"lockserver/shell/{m}.py" for m in ("_requests", "_reading", "_busypoll")]
+SHELL += ["lockserver/_peer.py"]
 GROUPS: dict[str, list[str]] = {
     "mypyc-protocol": PROTOCOL,
     "mypyc-protocol+engine": PROTOCOL + ENGINE,

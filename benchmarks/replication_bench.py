@@ -10,7 +10,7 @@ fsynced), then measures, interleaved over ``--rounds``:
   load enters through one of them);
 - **etcd lock**: etcd's own lock from Python, the usual recipe -- per worker one lease, then
   per acquire a transaction "create the key if it does not exist, with the lease" and per
-  release a delete -- through the ``lockserver._etcd`` client (the same one the
+  release a delete -- through the ``lockserver.replication._etcd`` client (the same one the
   replicas use), on the same etcd, ``--etcd-workers`` concurrent workers.
 
 Shapes (lockbench's: an acquire and a release alternate on each connection's keys, both count
@@ -100,7 +100,7 @@ def blast(target: str | None, shape: str, duration: float, out: Path) -> dict[st
 async def _etcd_lock(endpoints: list[str], workers: int, duration: float) -> dict[str, Any]:
     import trio
 
-    from lockserver._etcd import Compare, Etcd, TxnPut
+    from lockserver.replication._etcd import Compare, Etcd, TxnPut
 
     latencies: list[float] = []
     counts = [0]

@@ -33,7 +33,7 @@ import trio
 from lockbench._blaster import lockserver_ring
 from lockserver import ServerConfig
 from lockserver._peer import Peer
-from lockserver._server import Server
+from lockserver.shell._server import Server
 from protocol import PROTOCOL_VERSION, Connection, Hello, Role
 from protocol._codec import pack, request_from_wire, request_to_wire, unpack
 from protocol._framing import frame

@@ -22,8 +22,8 @@ Rules kept:
 
 The member's readiness probe and the fixture's own calls (auth setup, wipe, status) speak
 HTTP(S) with the standard library, not the client under test, so a bug in
-``lockserver._etcd`` cannot make the fixture look healthy. They authenticate as root with a
-password that exists only in this process.
+``lockserver.replication._etcd`` cannot make the fixture look healthy. They authenticate as
+root with a password that exists only in this process.
 """
 
 from __future__ import annotations
@@ -253,8 +253,8 @@ class EtcdCluster:
         return flags
 
     def client_options(self) -> dict[str, Any]:
-        """Keyword arguments of ``lockserver._etcd.Etcd`` for a client of this cluster as a
-        replica would be (``tls``, ``user``, ``password``)."""
+        """Keyword arguments of ``lockserver.replication._etcd.Etcd`` for a client of this cluster
+        as a replica would be (``tls``, ``user``, ``password``)."""
         options: dict[str, Any] = {}
         if self.pki is not None:
             options["tls"] = self.pki.client_context(with_cert=self.client_cert_auth)

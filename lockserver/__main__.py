@@ -29,10 +29,9 @@ import trio
 
 from ._build import build_problem
 from ._config import ConfigError, ServerConfig, load_config
-from ._etcd import EtcdError
 from ._gcstats import freeze_big_tables
-from ._replica import GroupRefused
-from ._server import RunningServer, serve
+from .replication import EtcdError, GroupRefused
+from .shell import RunningServer, serve
 
 __all__ = ["main"]
 

@@ -1,7 +1,7 @@
 """Which build of the hot modules runs: pure Python, or compiled with mypyc (issue 19).
 
 The modules in ``COMPILED_MODULES`` are the hot path: the protocol's, the engine's and the
-shell's request handler (``lockserver._requests``). By default they are plain Python.
+shell's request handler (``lockserver.shell._requests``). By default they are plain Python.
 ``python scripts/mypyc_build.py`` compiles them in place: a ``.so`` beside each ``.py``,
 which the import system prefers; ``--clean`` removes them again. Both builds must behave
 identically (same wire bytes, same errors); the suite runs both ways (``scripts/test.py``).
@@ -63,7 +63,7 @@ COMPILED_MODULES: Final = (
     "lockserver.engine._core",
     "lockserver.engine._sharded",
     "lockserver.engine._deadlines",
-    "lockserver._requests",
+    "lockserver.shell._requests",
 )
 
 #: The file, at the top of the checkout (beside the packages), where the build script records

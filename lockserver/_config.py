@@ -16,7 +16,12 @@ Why / rules kept (issue #3, docs/configuration.md):
 Theory of operation: one table (``_SETTINGS``) lists every setting with its flat name and
 kind; the flag (``--max-send-buffer``), the environment variable (``LOCKSERVER_MAX_SEND_BUFFER``)
 and the file key (``max_send_buffer``, or ``tick`` inside ``[trust]`` for ``trust_tick``) are
-all derived from that name, so the four sources cannot drift apart. Text sources (flags, env)
+all derived from that name, so the four sources cannot drift apart. Each setting is declared
+once, as a field of :class:`ServerConfig` (or of ``TrustSettings``): its name, type, default,
+bound (the validator) and, in the field's metadata (``_about``), its one-line help, its group
+(``lockserver --help`` shows the flags in docs/configuration.md's sections, and a test holds
+that page's tables to this one) and whether it is an advertised limit
+(:func:`advertised_limits`, what the welcome and ``stats`` report). Text sources (flags, env)
 are parsed by kind; the TOML file is already typed and is only checked.
 
 Prior art: the twelve-factor "config in the environment" layering, as in pip's
@@ -39,12 +44,14 @@ from protocol import HEADER_SIZE
 
 from ._auth import SecurityConfigError, TokenSpec, check_tokens, parse_tokens_text, tokens_from_toml
 from ._build import DISTRIBUTION, version_line
-from ._etcd_access import etcd_endpoints
 from ._trust import TrustSettings
+from .replication import etcd_endpoints
 
 __all__ = [
+    "GROUPS",
     "ConfigError",
     "ServerConfig",
+    "advertised_limits",
     "load_config",
     "server_version",
     "skip_revisions",
@@ -277,178 +284,440 @@ def _to_upper(value: Any) -> Any:
 
 # --- the value --------------------------------------------------------------------------------
 
+# The groups of settings, in the order docs/configuration.md and ``lockserver --help`` show
+# them (its "### " headings).
+NETWORK: Final = "Network"
+SECURITY: Final = "Security"
+ENGINE: Final = "Transactions and the engine"
+TRUST: Final = "Trust (the QoS monitor)"
+LATENCY: Final = "Latency and CPU"
+HTTP: Final = "HTTP: metrics, health, the status page"
+LOGGING: Final = "Logging"
+GROUPS: Final = (NETWORK, SECURITY, ENGINE, TRUST, LATENCY, HTTP, LOGGING)
+
+
+def _about(group: str, help: str, *, advertised: bool = False) -> dict[str, Any]:
+    """The metadata of one setting of ServerConfig, which is declared once: its name and type
+    are the field's, its default and bound the field's default and validator; ``help`` is
+    its one line in ``lockserver --help``, ``group`` its section there and in
+    docs/configuration.md, ``advertised`` whether the welcome and ``stats`` report it among
+    the limits."""
+    return {"group": group, "help": help, "advertised": advertised}
+
 
 @attrs.frozen
 class ServerConfig:
     """Every setting of the server, validated. docs/configuration.md says why each default is
     what it is."""
 
-    #: Address to listen on (a name, an IPv4 or an IPv6 address).
-    host: str = attrs.field(default="127.0.0.1", validator=_host)
-    #: TCP port; 0 asks the OS for a free one (the real port is on RunningServer.port).
-    port: int = attrs.field(default=7400, validator=_port)
-    #: Shard processes the ``lockserver`` command starts (one independent server each, on
-    #: ports ``port`` .. ``port + processes - 1``, or each on a free port with port 0); 1 is
-    #: one plain server process. ``serve`` itself ignores it: it serves one shard.
-    processes: int = attrs.field(default=1, validator=_processes)
-    #: Largest accepted request frame, in bytes.
+    host: str = attrs.field(
+        default="127.0.0.1",
+        validator=_host,
+        metadata=_about(NETWORK, "address to listen on (a name, an IPv4 or an IPv6 address)"),
+    )
+    port: int = attrs.field(
+        default=7400,
+        validator=_port,
+        metadata=_about(NETWORK, "TCP port; 0 asks the OS for a free one (printed once listening)"),
+    )
+    # Shard processes the ``lockserver`` command starts (one independent server each, on
+    # ports ``port`` .. ``port + processes - 1``, or each on a free port with port 0); 1 is
+    # one plain server process. ``serve`` itself ignores it: it serves one shard.
+    processes: int = attrs.field(
+        default=1,
+        validator=_processes,
+        metadata=_about(
+            NETWORK, "shard processes to start, shard i on port + i; 1: one plain server"
+        ),
+    )
     max_frame: int = attrs.field(
-        default=1024 * 1024, validator=_int_at_least(1024, _MAX_FRAME_ENCODABLE)
+        default=1024 * 1024,
+        validator=_int_at_least(1024, _MAX_FRAME_ENCODABLE),
+        metadata=_about(NETWORK, "largest accepted request frame, in bytes", advertised=True),
     )
-    #: Most nodes in one transaction tree.
-    max_ops: int = attrs.field(default=1000, validator=_int_at_least(1))
-    #: Deepest nesting of one transaction tree.
-    max_depth: int = attrs.field(default=32, validator=_int_at_least(1))
-    #: Longest name, in characters: session id, namespace, table, var, tx_id, client name.
-    max_name: int = attrs.field(default=1024, validator=_int_at_least(1))
-    #: Longest description, in characters (of a session, a transaction, an entry).
-    max_text: int = attrs.field(default=4096, validator=_int_at_least(1))
-    #: Largest user value, as counted by ``protocol.value_size`` (32 per element plus the
-    #: bytes of its strings and binaries).
-    max_value: int = attrs.field(default=65536, validator=_int_at_least(32))
-    #: Longest ``ttl`` or ``period`` of an entry, in seconds.
+    max_ops: int = attrs.field(
+        default=1000,
+        validator=_int_at_least(1),
+        metadata=_about(ENGINE, "most nodes in one transaction tree", advertised=True),
+    )
+    max_depth: int = attrs.field(
+        default=32,
+        validator=_int_at_least(1),
+        metadata=_about(ENGINE, "deepest nesting of one transaction tree", advertised=True),
+    )
+    max_name: int = attrs.field(
+        default=1024,
+        validator=_int_at_least(1),
+        metadata=_about(
+            ENGINE,
+            "longest name (session, namespace, table, var, tx_id, client), in characters",
+            advertised=True,
+        ),
+    )
+    max_text: int = attrs.field(
+        default=4096,
+        validator=_int_at_least(1),
+        metadata=_about(
+            ENGINE,
+            "longest description (of a session, a transaction, an entry), in characters",
+            advertised=True,
+        ),
+    )
+    # Largest user value, as counted by ``protocol.value_size`` (32 per element plus the
+    # bytes of its strings and binaries).
+    max_value: int = attrs.field(
+        default=65536,
+        validator=_int_at_least(32),
+        metadata=_about(
+            ENGINE, "largest user value, as protocol.value_size counts it", advertised=True
+        ),
+    )
     max_ttl: float = attrs.field(
-        default=30 * 86400.0, converter=_to_float, validator=_seconds(zero_ok=False)
+        default=30 * 86400.0,
+        converter=_to_float,
+        validator=_seconds(zero_ok=False),
+        metadata=_about(ENGINE, "longest ttl or period of an entry, in seconds", advertised=True),
     )
-    #: Most simultaneous client connections; one more is refused with TOO_MANY_CONNECTIONS.
-    max_connections: int = attrs.field(default=10_000, validator=_int_at_least(1))
-    #: Most live sessions in the engine.
-    max_sessions: int = attrs.field(default=1_000_000, validator=_int_at_least(1))
-    #: Most lock entries in the engine.
-    max_entries: int = attrs.field(default=10_000_000, validator=_int_at_least(1))
-    #: Most lock entries one session may hold.
-    max_entries_per_session: int = attrs.field(default=100_000, validator=_int_at_least(1))
-    #: Budget of what the server stores (entries, sessions, remembered results, parked
-    #: transactions), counted as stored; a change past it fails with STORE_FULL.
-    max_store_bytes: int = attrs.field(default=4 * 1024**3, validator=_int_at_least(1024 * 1024))
-    #: Largest session max age (idle time) a client may ask for; above it: INVALID_MESSAGE.
+    max_connections: int = attrs.field(
+        default=10_000,
+        validator=_int_at_least(1),
+        metadata=_about(
+            NETWORK, "most simultaneous client connections; one more is refused", advertised=True
+        ),
+    )
+    max_sessions: int = attrs.field(
+        default=1_000_000,
+        validator=_int_at_least(1),
+        metadata=_about(ENGINE, "most live sessions", advertised=True),
+    )
+    max_entries: int = attrs.field(
+        default=10_000_000,
+        validator=_int_at_least(1),
+        metadata=_about(ENGINE, "most lock entries in the server", advertised=True),
+    )
+    max_entries_per_session: int = attrs.field(
+        default=100_000,
+        validator=_int_at_least(1),
+        metadata=_about(ENGINE, "most lock entries one session may hold", advertised=True),
+    )
+    max_store_bytes: int = attrs.field(
+        default=4 * 1024**3,
+        validator=_int_at_least(1024 * 1024),
+        metadata=_about(
+            ENGINE,
+            "budget of what the server stores, in bytes; past it: STORE_FULL",
+            advertised=True,
+        ),
+    )
     max_session_age: float = attrs.field(
-        default=3600.0, converter=_to_float, validator=_seconds(zero_ok=False)
+        default=3600.0,
+        converter=_to_float,
+        validator=_seconds(zero_ok=False),
+        metadata=_about(
+            ENGINE,
+            "largest session max age (idle time) a client may ask for, in seconds",
+            advertised=True,
+        ),
     )
-    #: Longest sleep of the expiry sweeper (it also wakes at the engine's next deadline).
     sweep_interval: float = attrs.field(
-        default=1.0, converter=_to_float, validator=_seconds(zero_ok=False)
+        default=1.0,
+        converter=_to_float,
+        validator=_seconds(zero_ok=False),
+        metadata=_about(ENGINE, "longest sleep of the expiry timer, in seconds"),
     )
-    #: Unsent reply/event bytes one connection may hold before it is dropped as a slow consumer.
-    max_send_buffer: int = attrs.field(default=4 * 1024 * 1024, validator=_int_at_least(1024))
-    #: Seconds a blocked send may make no progress before the client is dropped.
+    max_send_buffer: int = attrs.field(
+        default=4 * 1024 * 1024,
+        validator=_int_at_least(1024),
+        metadata=_about(
+            NETWORK,
+            "unsent bytes one connection may hold before it is dropped as slow",
+            advertised=True,
+        ),
+    )
     send_timeout: float = attrs.field(
-        default=10.0, converter=_to_float, validator=_seconds(zero_ok=False)
+        default=10.0,
+        converter=_to_float,
+        validator=_seconds(zero_ok=False),
+        metadata=_about(
+            NETWORK,
+            "seconds a blocked send may make no progress before the client is dropped",
+            advertised=True,
+        ),
     )
-    #: Seconds a new connection has to send its Hello; 0 = no limit.
     handshake_timeout: float = attrs.field(
-        default=10.0, converter=_to_float, validator=_seconds(zero_ok=True)
+        default=10.0,
+        converter=_to_float,
+        validator=_seconds(zero_ok=True),
+        metadata=_about(
+            NETWORK, "seconds a new connection has to send its hello; 0: no limit", advertised=True
+        ),
     )
-    #: Seconds a connection may send nothing before it is dropped; 0 = never.
     idle_timeout: float = attrs.field(
-        default=300.0, converter=_to_float, validator=_seconds(zero_ok=True)
+        default=300.0,
+        converter=_to_float,
+        validator=_seconds(zero_ok=True),
+        metadata=_about(
+            NETWORK,
+            "seconds a connection may send nothing before it is dropped; 0: never",
+            advertised=True,
+        ),
     )
-    #: Seconds a request frame may take to arrive once its first byte has, or the connection
-    #: is dropped; 0 = no limit.
     frame_timeout: float = attrs.field(
-        default=15.0, converter=_to_float, validator=_seconds(zero_ok=True)
+        default=15.0,
+        converter=_to_float,
+        validator=_seconds(zero_ok=True),
+        metadata=_about(
+            NETWORK,
+            "seconds a request frame may take to arrive once begun; 0: no limit",
+            advertised=True,
+        ),
     )
-    #: Bytes of incomplete request frames all connections together may hold; a receive that
-    #: passes it closes its connection with OVERLOADED. At least ``max_frame`` + 4.
-    max_receive_total: int = attrs.field(default=256 * 1024 * 1024, validator=_receive_total)
-    #: Unsent reply/event bytes all connections together may hold; a connection whose outbox
-    #: grows past it is dropped as a slow consumer.
-    max_send_total: int = attrs.field(default=512 * 1024 * 1024, validator=_int_at_least(1024))
-    #: Longest server-side wait a transaction may ask for (its ``wait`` field), in seconds.
+    # Bytes of incomplete request frames all connections together may hold; a receive that
+    # passes it closes its connection with OVERLOADED. At least ``max_frame`` + 4.
+    max_receive_total: int = attrs.field(
+        default=256 * 1024 * 1024,
+        validator=_receive_total,
+        metadata=_about(
+            NETWORK, "bytes of incomplete request frames all connections may hold", advertised=True
+        ),
+    )
+    max_send_total: int = attrs.field(
+        default=512 * 1024 * 1024,
+        validator=_int_at_least(1024),
+        metadata=_about(
+            NETWORK,
+            "unsent bytes all connections may hold; past it slow ones are dropped",
+            advertised=True,
+        ),
+    )
     max_wait: float = attrs.field(
-        default=300.0, converter=_to_float, validator=_seconds(zero_ok=False)
+        default=300.0,
+        converter=_to_float,
+        validator=_seconds(zero_ok=False),
+        metadata=_about(
+            NETWORK,
+            "longest server-side wait a transaction may ask for, in seconds",
+            advertised=True,
+        ),
     )
-    #: Most parked (waiting) transactions in the server; one more: TOO_MANY_WAITERS.
-    max_waiters: int = attrs.field(default=100_000, validator=_int_at_least(1))
-    #: Most parked transactions of one session.
-    max_waiters_per_session: int = attrs.field(default=1_000, validator=_int_at_least(1))
-    #: Most parked transactions of one connection.
-    max_waiters_per_connection: int = attrs.field(default=10_000, validator=_int_at_least(1))
-    #: Most weight (ops + 64 each) of the transactions parked on one variable: the most work
-    #: one change of it can trigger.
-    max_waiting_ops_per_variable: int = attrs.field(default=200_000, validator=_int_at_least(1))
-    #: Most weight of the transactions one session has parked.
-    max_waiting_ops_per_session: int = attrs.field(default=100_000, validator=_int_at_least(1))
-    #: Most weight of the transactions one principal has parked.
-    max_waiting_ops_per_principal: int = attrs.field(default=10_000_000, validator=_int_at_least(1))
-    #: Most change-feed subscriptions of all connections together; one more: TOO_LARGE.
-    max_subscriptions: int = attrs.field(default=10_000, validator=_int_at_least(1))
-    #: Most change-feed subscriptions of one principal (token), with tokens; one more:
-    #: TOO_LARGE. Without tokens every connection is the same principal: max_subscriptions.
-    max_subscriptions_per_principal: int = attrs.field(default=2_500, validator=_int_at_least(1))
-    #: Longest time the poller keeps polling after serving a batch, when traffic is dense
-    #: (lockserver._busypoll), in seconds; 0 = always sleep between requests.
+    max_waiters: int = attrs.field(
+        default=100_000,
+        validator=_int_at_least(1),
+        metadata=_about(
+            NETWORK, "most parked (waiting) transactions in the server", advertised=True
+        ),
+    )
+    max_waiters_per_session: int = attrs.field(
+        default=1_000,
+        validator=_int_at_least(1),
+        metadata=_about(NETWORK, "most parked transactions of one session", advertised=True),
+    )
+    max_waiters_per_connection: int = attrs.field(
+        default=10_000,
+        validator=_int_at_least(1),
+        metadata=_about(NETWORK, "most parked transactions of one connection", advertised=True),
+    )
+    max_waiting_ops_per_variable: int = attrs.field(
+        default=200_000,
+        validator=_int_at_least(1),
+        metadata=_about(
+            NETWORK, "most weight (ops + 64 each) parked on one variable", advertised=True
+        ),
+    )
+    max_waiting_ops_per_session: int = attrs.field(
+        default=100_000,
+        validator=_int_at_least(1),
+        metadata=_about(
+            NETWORK, "most weight of the transactions one session has parked", advertised=True
+        ),
+    )
+    max_waiting_ops_per_principal: int = attrs.field(
+        default=10_000_000,
+        validator=_int_at_least(1),
+        metadata=_about(
+            NETWORK, "most weight of the transactions one principal has parked", advertised=True
+        ),
+    )
+    max_subscriptions: int = attrs.field(
+        default=10_000,
+        validator=_int_at_least(1),
+        metadata=_about(
+            NETWORK, "most change-feed subscriptions of all connections together", advertised=True
+        ),
+    )
+    max_subscriptions_per_principal: int = attrs.field(
+        default=2_500,
+        validator=_int_at_least(1),
+        metadata=_about(
+            NETWORK, "most change-feed subscriptions of one principal (token)", advertised=True
+        ),
+    )
+    # The spin policy: lockserver.shell._busypoll.
     busy_poll: float = attrs.field(
-        default=_BUSY_POLL_DEFAULT, converter=_to_float, validator=_busy_poll_window
+        default=_BUSY_POLL_DEFAULT,
+        converter=_to_float,
+        validator=_busy_poll_window,
+        metadata=_about(
+            LATENCY, "seconds the poller keeps polling after a batch in dense traffic; 0: sleep"
+        ),
     )
-    #: Most simultaneous HTTP connections (``/metrics``, ``/healthz``, the status page), on
-    #: top of ``max_connections``; one more is answered 503 and closed.
-    http_max_connections: int = attrs.field(default=64, validator=_int_at_least(1, 100_000))
-    #: Largest HTTP request head (request line and headers), in bytes; past it: 431, closed.
+    http_max_connections: int = attrs.field(
+        default=64,
+        validator=_int_at_least(1, 100_000),
+        metadata=_about(HTTP, "most simultaneous HTTP connections, on top of max_connections"),
+    )
     http_max_header: int = attrs.field(
-        default=16 * 1024, validator=_int_at_least(1024, _HTTP_MAX_HEADER_MAX)
+        default=16 * 1024,
+        validator=_int_at_least(1024, _HTTP_MAX_HEADER_MAX),
+        metadata=_about(HTTP, "largest HTTP request head (request line and headers), in bytes"),
     )
-    #: Seconds an HTTP request may take to arrive whole once its first byte has; past it: 408,
-    #: closed.
     http_request_timeout: float = attrs.field(
-        default=10.0, converter=_to_float, validator=_seconds(zero_ok=False)
+        default=10.0,
+        converter=_to_float,
+        validator=_seconds(zero_ok=False),
+        metadata=_about(HTTP, "seconds an HTTP request may take to arrive whole once begun"),
     )
-    #: Seconds a kept-alive HTTP connection may wait for its next request before it is closed.
     http_idle_timeout: float = attrs.field(
-        default=30.0, converter=_to_float, validator=_seconds(zero_ok=False)
+        default=30.0,
+        converter=_to_float,
+        validator=_seconds(zero_ok=False),
+        metadata=_about(HTTP, "seconds a kept-alive HTTP connection may wait for its next request"),
     )
-    #: ``/readyz`` answers 503 while trust is below this (set it to what clients demand).
-    ready_min_trust: float = attrs.field(default=0.0, converter=_to_float, validator=_fraction)
-    #: ``/readyz`` answers 503 while the server has been up for less than this, in seconds.
+    ready_min_trust: float = attrs.field(
+        default=0.0,
+        converter=_to_float,
+        validator=_fraction,
+        metadata=_about(HTTP, "/readyz answers 503 while trust is below this"),
+    )
     ready_min_uptime: float = attrs.field(
-        default=0.0, converter=_to_float, validator=_seconds(zero_ok=True)
+        default=0.0,
+        converter=_to_float,
+        validator=_seconds(zero_ok=True),
+        metadata=_about(HTTP, "/readyz answers 503 while the server is up for less, in seconds"),
     )
-    #: Threshold of the ``lockserver`` logger (DEBUG, INFO, WARNING, ERROR, CRITICAL).
-    log_level: str = attrs.field(default="INFO", converter=_to_upper, validator=_log_level)
-    #: One JSON object per log line instead of the human format.
-    log_json: bool = attrs.field(default=False, validator=_bool)
-    #: Shared-secret tokens (docs/security.md); empty: no authentication, every client may do
-    #: everything. Secrets never appear in the repr or in logs.
-    tokens: tuple[TokenSpec, ...] = attrs.field(default=(), converter=_to_tokens, validator=_tokens)
-    #: PEM certificate chain of the server; empty: plain TCP (no TLS).
-    tls_cert: str = attrs.field(default="", validator=_path)
-    #: PEM private key of ``tls_cert``; empty: the key is in the ``tls_cert`` file.
-    tls_key: str = attrs.field(default="", validator=_path)
-    #: PEM CA bundle; set: every client must present a certificate signed by it.
-    tls_client_ca: str = attrs.field(default="", validator=_path)
-    #: Constants of the trust monitor (docs/trust.md).
-    #: Replicate through etcd (docs/replication.md): the etcd cluster that holds the group's
-    #: log, ``etcds://HOST:PORT[,HOST:PORT...]`` (TLS), ``etcd://...`` (plain HTTP), or a
-    #: list of ``https://`` (or ``http://``) URLs; empty = a single server.
-    replicate: str = attrs.field(default="", validator=_etcd_endpoints)
-    #: PEM CA bundle etcd's certificates are verified with (TLS endpoints); empty: the
-    #: system's CAs.
-    etcd_ca_file: str = attrs.field(default="", validator=_etcd_file)
-    #: PEM certificate this replica presents to etcd (mutual TLS); empty: none.
-    etcd_cert_file: str = attrs.field(default="", validator=_etcd_file)
-    #: PEM private key of ``etcd_cert_file``; empty: the key is in the ``etcd_cert_file`` file.
-    etcd_key_file: str = attrs.field(default="", validator=_etcd_file)
-    #: etcd user this replica authenticates as (etcd's auth); empty: no etcd auth.
-    etcd_user: str = attrs.field(default="", validator=_etcd_user)
-    #: File holding ``etcd_user``'s password (mode 0600: its owner's alone); never the
-    #: password itself on a command line.
-    etcd_password_file: str = attrs.field(default="", validator=_etcd_file)
-    #: The replicated group this replica belongs to (with ``replicate``): every replica of a
-    #: group names the same group and etcd cluster.
-    group: str = attrs.field(default="default", validator=_group_name)
-    #: Seconds of a replica's etcd lease: a replica that cannot renew it for this long is
-    #: dropped from its group (its connections' waiters go, its sessions live on).
-    replica_lease_ttl: int = attrs.field(default=5, validator=_int_at_least(2, 300))
-    #: Applied log entries between two snapshots of a group's state (written by one replica,
-    #: then etcd is compacted to it).
-    replica_snapshot_every: int = attrs.field(default=10_000, validator=_int_at_least(10))
-    #: A file holding the group's secret (one per line: the first signs, every one verifies;
-    #: docs/replication.md "The group secret"); empty: the group's log is not authenticated.
-    group_secret_file: str = attrs.field(default="", validator=_path)
-    #: Log revisions whose entries a replica skips (``R[,R...]``), as told alike to every
-    #: replica of a halted group (docs/replication.md "Halted replicas"); empty: none.
-    skip_revision: str = attrs.field(default="", validator=_revisions)
+    log_level: str = attrs.field(
+        default="INFO",
+        converter=_to_upper,
+        validator=_log_level,
+        metadata=_about(
+            LOGGING, "threshold of the lockserver logger: DEBUG, INFO, WARNING, ERROR, CRITICAL"
+        ),
+    )
+    log_json: bool = attrs.field(
+        default=False,
+        validator=_bool,
+        metadata=_about(LOGGING, "one JSON object per log line instead of the human format"),
+    )
+    # Shared-secret tokens (docs/security.md); empty: no authentication, every client may do
+    # everything. Secrets never appear in the repr or in logs.
+    tokens: tuple[TokenSpec, ...] = attrs.field(
+        default=(),
+        converter=_to_tokens,
+        validator=_tokens,
+        metadata=_about(
+            SECURITY, "shared-secret tokens (docs/security.md); none: no authentication"
+        ),
+    )
+    tls_cert: str = attrs.field(
+        default="",
+        validator=_path,
+        metadata=_about(SECURITY, "PEM certificate chain of the server; empty: plain TCP"),
+    )
+    tls_key: str = attrs.field(
+        default="",
+        validator=_path,
+        metadata=_about(
+            SECURITY, "PEM private key of tls_cert; empty: the key is in the tls_cert file"
+        ),
+    )
+    tls_client_ca: str = attrs.field(
+        default="",
+        validator=_path,
+        metadata=_about(
+            SECURITY, "PEM CA bundle; set: every client must present a certificate it signed"
+        ),
+    )
+    replicate: str = attrs.field(
+        default="",
+        validator=_etcd_endpoints,
+        metadata=_about(
+            NETWORK, "etcd cluster of a replicated group (etcds://HOST:PORT,...); empty: one server"
+        ),
+    )
+    etcd_ca_file: str = attrs.field(
+        default="",
+        validator=_etcd_file,
+        metadata=_about(
+            NETWORK, "PEM CA bundle etcd's certificates are verified with; empty: the system's"
+        ),
+    )
+    etcd_cert_file: str = attrs.field(
+        default="",
+        validator=_etcd_file,
+        metadata=_about(NETWORK, "PEM certificate this replica presents to etcd; empty: none"),
+    )
+    etcd_key_file: str = attrs.field(
+        default="",
+        validator=_etcd_file,
+        metadata=_about(
+            NETWORK, "PEM private key of etcd_cert_file; empty: the key is in that file"
+        ),
+    )
+    etcd_user: str = attrs.field(
+        default="",
+        validator=_etcd_user,
+        metadata=_about(NETWORK, "etcd user this replica authenticates as; empty: no etcd auth"),
+    )
+    etcd_password_file: str = attrs.field(
+        default="",
+        validator=_etcd_file,
+        metadata=_about(NETWORK, "file holding etcd_user's password (mode 0600)"),
+    )
+    group: str = attrs.field(
+        default="default",
+        validator=_group_name,
+        metadata=_about(
+            NETWORK, "the replicated group's name, the same on every replica of the group"
+        ),
+    )
+    replica_lease_ttl: int = attrs.field(
+        default=5,
+        validator=_int_at_least(2, 300),
+        metadata=_about(
+            NETWORK, "seconds a replica may fail to renew its etcd lease before it is dropped"
+        ),
+    )
+    replica_snapshot_every: int = attrs.field(
+        default=10_000,
+        validator=_int_at_least(10),
+        metadata=_about(NETWORK, "applied log entries between two snapshots of the group's state"),
+    )
+    group_secret_file: str = attrs.field(
+        default="",
+        validator=_path,
+        metadata=_about(
+            NETWORK, "file holding the group's secret; empty: the log is not authenticated"
+        ),
+    )
+    skip_revision: str = attrs.field(
+        default="",
+        validator=_revisions,
+        metadata=_about(
+            NETWORK, "log revisions (R[,R...]) whose entries a halted group's replicas skip"
+        ),
+    )
+    #: Constants of the trust monitor (docs/trust.md); their help is TrustSettings' own.
     trust: TrustSettings = attrs.field(factory=TrustSettings, validator=_trust_settings)
+
+
+def advertised_limits(config: ServerConfig) -> dict[str, Any]:
+    """The limits the welcome and ``stats`` report (PROTOCOL.md "welcome"): every setting
+    declared ``advertised``, by name, in the order ServerConfig declares them."""
+    return {
+        f.name: getattr(config, f.name)
+        for f in attrs.fields(ServerConfig)
+        if f.metadata.get("advertised")
+    }
 
 
 # --- the loader -------------------------------------------------------------------------------
@@ -480,6 +749,23 @@ class _Setting:
     @property
     def env(self) -> str:
         return ENV_PREFIX + self.name.upper()
+
+    @property
+    def help(self) -> str:
+        """Its one line of ``lockserver --help`` (the field's metadata)."""
+        return str(self.field.metadata["help"])
+
+    @property
+    def group(self) -> str:
+        """Its section of ``lockserver --help`` and docs/configuration.md."""
+        return TRUST if self.trust else str(self.field.metadata["group"])
+
+    @property
+    def default(self) -> Any:
+        default: Any = self.field.default
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+            default = default.factory()
+        return default
 
     def check(self, value: Any) -> Any:
         """Convert and validate ``value`` with the field's own converter and validator."""
@@ -577,6 +863,7 @@ class _VersionAction(argparse.Action):
 def _argument_parser() -> _Parser:
     p = _Parser(
         prog="lockserver",
+        usage="%(prog)s [--config FILE] [options]",  # every option is listed below, by group
         description=(
             "An in-memory lock server. Every setting can also come from the environment "
             f"({ENV_PREFIX}<NAME>) or a TOML file (--config); a flag wins over the "
@@ -586,33 +873,32 @@ def _argument_parser() -> _Parser:
     )
     p.add_argument("--version", action=_VersionAction, nargs=0, help="print the version, the build")
     p.add_argument("--config", metavar="FILE", help=f"TOML settings file (or {ENV_PREFIX}CONFIG)")
+    sections = {name: p.add_argument_group(name) for name in GROUPS}
     for s in _SETTINGS:
-        default: Any = s.field.default
-        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            default = default.factory()
+        section = sections[s.group]
         if s.kind is tuple:  # the tokens: never echo a default or a value
-            p.add_argument(
+            section.add_argument(
                 s.flag,
                 dest=s.name,
                 metavar="NAME:SECRET[,...]",
                 default=None,
-                help=f"(env {s.env}, default none: no authentication; prefer the env or file)",
+                help=f"{s.help} (env {s.env}, default none; prefer the env or file)",
             )
         elif s.kind is bool:
-            p.add_argument(
+            section.add_argument(
                 s.flag,
                 dest=s.name,
                 action=argparse.BooleanOptionalAction,
                 default=None,
-                help=f"(env {s.env}, default {str(default).lower()})",
+                help=f"{s.help} (env {s.env}, default {str(s.default).lower()})",
             )
         else:
-            p.add_argument(
+            section.add_argument(
                 s.flag,
                 dest=s.name,
                 metavar=s.name.upper() if s.kind is str else s.kind.__name__.upper(),
                 default=None,
-                help=f"(env {s.env}, default {default})",
+                help=f"{s.help} (env {s.env}, default {s.default})",
             )
     return p
 

@@ -215,21 +215,42 @@ def _odd_window(instance: object, attribute: attrs.Attribute[int], value: int) -
 class TrustSettings:
     """The monitor's constants. The module docstring says why each default is what it is."""
 
-    #: Seconds per measurement tick.
-    tick: float = attrs.field(default=1.0, validator=_positive_finite)
-    #: EMA coefficient of the current-load estimate (1 = the last tick's rate alone).
-    load_alpha: float = attrs.field(default=0.6, validator=_alpha)
-    #: Ticks in the median spike filter in front of NORM; a burst must fill a majority to count.
-    spike_window: int = attrs.field(default=5, validator=_odd_window)
-    #: EMA coefficient applied to the median-filtered rate before it can raise NORM.
-    norm_alpha: float = attrs.field(default=0.6, validator=_alpha)
-    #: Seconds for NORM to halve when traffic falls below it.
-    norm_half_life: float = attrs.field(default=10.0, validator=_positive_finite)
-    #: Calls/s below which NORM is too small to judge by: trust is 1.
-    norm_floor: float = attrs.field(default=1.0, validator=_non_negative_finite)
-    #: In one tick, a source's calls count at most this many times the typical source's
-    #: (>= 1 so that a lone source counts fully; inf counts every call).
-    source_cap: float = attrs.field(default=1.0, validator=_source_cap)
+    # Each field's "help" is its one line in ``lockserver --help`` (as --trust-<name>).
+    tick: float = attrs.field(
+        default=1.0, validator=_positive_finite, metadata={"help": "seconds per measurement tick"}
+    )
+    load_alpha: float = attrs.field(
+        default=0.6,
+        validator=_alpha,
+        metadata={"help": "EMA coefficient of the current load (1: the last tick's rate alone)"},
+    )
+    # A burst must fill a majority of the window to count.
+    spike_window: int = attrs.field(
+        default=5,
+        validator=_odd_window,
+        metadata={"help": "ticks in the median spike filter in front of NORM (odd)"},
+    )
+    norm_alpha: float = attrs.field(
+        default=0.6,
+        validator=_alpha,
+        metadata={"help": "EMA coefficient of the filtered rate before it can raise NORM"},
+    )
+    norm_half_life: float = attrs.field(
+        default=10.0,
+        validator=_positive_finite,
+        metadata={"help": "seconds for NORM to halve when traffic falls below it"},
+    )
+    norm_floor: float = attrs.field(
+        default=1.0,
+        validator=_non_negative_finite,
+        metadata={"help": "calls/s below which NORM is too small to judge by: trust is 1"},
+    )
+    # >= 1 so that a lone source counts fully; inf counts every call.
+    source_cap: float = attrs.field(
+        default=1.0,
+        validator=_source_cap,
+        metadata={"help": "in one tick, a source counts at most this many typical sources' calls"},
+    )
 
 
 @attrs.frozen

@@ -148,9 +148,9 @@ def test_the_checker_resolves_relative_imports() -> None:
     [
         ("from protocol._codec import pack", "client._core", 1),
         ("from protocol import _codec", "client._core", 1),
-        ("import protocol._codec", "lockserver._server", 1),
-        ("from lockserver.engine._engine import Engine", "lockserver._server", 1),
-        ("from .engine import Engine", "lockserver._server", 0),
+        ("import protocol._codec", "lockserver.shell._server", 1),
+        ("from lockserver.engine._engine import Engine", "lockserver.shell._server", 1),
+        ("from ..engine import Engine", "lockserver.shell._server", 0),
         ("from ._eval import Entry", "lockserver.engine._engine", 0),
         ("from protocol import Transaction", "client._core", 0),
         ("import trio", "client._async", 0),
@@ -301,6 +301,95 @@ def test_package_init_only_reexports(path: Path) -> None:
     assert len(exported) == len(set(exported)), "__all__ lists a name twice"
 
 
+# --- the seams between lockserver's subpackages ------------------------------------------------
+
+#: Which of lockserver's subpackages each one may import (each subpackage's __init__ docstring
+#: says the same). The top-level modules of lockserver (settings, auth, trust, the peer, build)
+#: are the foundations under all of them; the shell composes the rest.
+SEAMS: dict[str, frozenset[str]] = {
+    "lockserver.engine": frozenset(),
+    "lockserver.replication": frozenset({"lockserver.engine"}),
+    "lockserver.http": frozenset(),
+    "lockserver.shell": frozenset(
+        {"lockserver.engine", "lockserver.replication", "lockserver.http"}
+    ),
+}
+#: What the foundations at the top of lockserver may import of the subpackages (the settings
+#: parse etcd's endpoints with replication's parser; GC pauses freeze the engine's tables).
+FOUNDATIONS_MAY_IMPORT = frozenset({"lockserver.engine", "lockserver.replication"})
+
+
+def subpackage_of(module: str) -> str | None:
+    """The lockserver subpackage ``module`` is or lies in, None for anything else."""
+    for sub in SEAMS:
+        if module == sub or module.startswith(sub + "."):
+            return sub
+    return None
+
+
+def seam_violations(found: Iterable[Import], importer: str) -> list[str]:
+    own = subpackage_of(importer)
+    if own is None and importer.startswith("lockserver."):  # a foundation (or __main__)
+        allowed = FOUNDATIONS_MAY_IMPORT | (
+            {*SEAMS} if importer == "lockserver.__main__" else set()
+        )
+    elif own is None:
+        return []
+    else:
+        allowed = SEAMS[own] | {own}
+    bad = []
+    for i in found:
+        whole = subpackage_of(i.module)
+        # "from lockserver import shell" names the subpackage among the names
+        targets = {whole} if whole else {subpackage_of(f"{i.module}.{n}") for n in i.names}
+        bad.extend(
+            f"{i}: {own or importer} may not import {target}"
+            for target in sorted(t for t in targets if t is not None)
+            if target not in allowed
+        )
+    return bad
+
+
+@pytest.mark.parametrize(
+    ("source", "importer", "expected"),
+    [
+        ("from lockserver.replication import Replica", "lockserver.http._endpoints", 1),
+        ("from lockserver.shell import serve", "lockserver.http._endpoints", 1),
+        ("from lockserver.http import is_http", "lockserver.replication._replica", 1),
+        ("from lockserver import shell", "lockserver.replication._replica", 1),
+        ("from lockserver import _auth, http", "lockserver.replication._replica", 1),
+        ("from lockserver.engine import Door", "lockserver.replication._replica", 0),
+        ("from lockserver.http import is_http", "lockserver.shell._reading", 0),
+        ("from lockserver._peer import Peer", "lockserver.http._http", 0),
+        ("from lockserver.shell import serve", "lockserver._config", 1),
+        ("from lockserver.replication import etcd_endpoints", "lockserver._config", 0),
+        ("from lockserver.shell import serve", "lockserver.__main__", 0),
+        ("from ._eval import Entry", "lockserver.engine._engine", 0),
+    ],
+)
+def test_the_checker_finds_seam_violations(source: str, importer: str, expected: int) -> None:
+    """The seam rule flags an import of a subpackage that the importer's row of SEAMS (or the
+    foundations' row) does not list, also when written as ``from lockserver import sub``."""
+    assert len(seam_violations(imports_in(source, importer, False), importer)) == expected
+
+
+def test_every_subpackage_declares_its_seams() -> None:
+    """Each subpackage of lockserver has a row in SEAMS, so a new one says what it may import."""
+    subpackages = {p for p in packages() if p.count(".") == 1 and p.startswith("lockserver.")}
+    assert subpackages == set(SEAMS)
+
+
+LOCKSERVER_FILES = [p for p in FILES if module_name(p).startswith("lockserver")]
+
+
+@pytest.mark.parametrize("path", LOCKSERVER_FILES, ids=[module_name(p) for p in LOCKSERVER_FILES])
+def test_lockserver_subpackages_keep_their_seams(path: Path) -> None:
+    """The HTTP face imports neither replication nor the shell (nor the engine); replication
+    imports neither the HTTP face nor the shell; the engine imports none of them; the
+    foundations at the top import neither the shell nor the HTTP face."""
+    assert seam_violations(imports_of(path), module_name(path)) == []
+
+
 # --- no import circles ---------------------------------------------------------------------------
 
 
@@ -367,8 +456,9 @@ def test_the_circle_finder_finds_a_circle_and_only_circles() -> None:
 def test_the_import_graph_has_the_edges_of_the_source() -> None:
     """Relative, absolute and package imports become edges (else no circle could be seen)."""
     graph = import_graph(FILES)
-    assert "lockserver._requests" in graph["lockserver._server"]  # from ._requests import
-    assert "lockserver.engine" in graph["lockserver._server"]  # from .engine import
+    server = graph["lockserver.shell._server"]
+    assert "lockserver.shell._requests" in server  # from ._requests import
+    assert "lockserver.engine" in server  # from ..engine import
     assert "lockserver.engine._core" in graph["lockserver.engine"]  # __init__ re-exports
     assert "protocol" in graph["lockserver.engine._core"]  # from protocol import
 

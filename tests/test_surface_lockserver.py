@@ -102,14 +102,16 @@ def test_lockserver_all_is_exactly_the_public_surface() -> None:
     exec("from lockserver import *", namespace)
     assert set(namespace) - {"__builtins__"} == set(lockserver.__all__)
     for name in lockserver.__all__:
-        assert getattr(lockserver, name).__module__.startswith("lockserver._"), name
+        module = getattr(lockserver, name).__module__
+        assert module.startswith("lockserver.") and module.rpartition(".")[2][0] == "_", name
 
 
 def test_serve_and_load_config_signatures() -> None:
     """``await nursery.start(serve, config)`` (task_status for nursery.start), and
     ``load_config(argv, environ)`` (both optional: the command line and the environment);
     a ConfigError is a ValueError. ``group`` is the internal keyword-only hook that makes the
-    welcome a replica's (``lockserver._server.GroupIdentity``), None for a standalone server."""
+    welcome a replica's (``lockserver.shell._server.GroupIdentity``), None for a standalone
+    server."""
     assert plain_signature(lockserver.serve) == (
         "(config, *, task_status=TASK_STATUS_IGNORED, group=None)"
     )

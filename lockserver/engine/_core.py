@@ -146,7 +146,7 @@ _NOT_CANCELLED: Final = Cancelled(False)
 _CANCELLED: Final = Cancelled(True)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class _Owner:
     """What the door knows of one owner: its principal and the sessions it used."""
 
@@ -157,7 +157,7 @@ class _Owner:
         self.sessions: dict[str, None] = {}
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class LockCore(Generic[OwnerT]):
     """The engine, the wait queue and the session routing behind one synchronous door.
 
@@ -500,7 +500,7 @@ class LockCore(Generic[OwnerT]):
         max_subscriptions: int = DEFAULT_MAX_SUBSCRIPTIONS,
         max_subscriptions_per_principal: int = DEFAULT_MAX_SUBSCRIPTIONS_PER_PRINCIPAL,
     ) -> None:
-        """After a snapshot was loaded into this object (``lockserver._group``): set the
+        """After a snapshot was loaded into this object (``lockserver.replication._group``): set the
         subscription caps (the group's), and make what a snapshot of an older version lacks
         from the state it holds: the feed's index by table and its counts (its namespace
         index held every subscription, with its table: split in the same order; owners count
@@ -599,7 +599,7 @@ class LockCore(Generic[OwnerT]):
         waiters whose deadline passed or who can run now; the losses go last.
 
         ``fence_floor`` (a replicated group, before each log entry): the next fence granted
-        is above it (fences name the log position: ``lockserver/_group.py``)."""
+        is above it (fences name the log position: ``lockserver/replication/_group.py``)."""
         engine = self.engine
         engine.fence = max(engine.fence, fence_floor)
         engine.sweep(now)

@@ -39,7 +39,7 @@ __all__ = ["Deadlines"]
 Item = tuple[Any, ...]  # (time, unique seq, ...payload)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class Deadlines:
     """Items keyed by their owner, due at their time. ``key`` must identify one live item."""
 

@@ -1,8 +1,8 @@
 """The door as the shell sees it: ``Door``, the calls the trio shell makes into the lock state.
 
 Two objects stand there: a single server's :class:`~lockserver.engine.LockCore`, and a
-replica's ``ReplicatedDoor`` (``lockserver/_replica.py``), whose deciding calls become ops of
-the group's log and whose answers come back when the log is applied. This protocol is their
+replica's ``ReplicatedDoor`` (``lockserver/replication/_replica.py``), whose deciding calls become
+ops of the group's log and whose answers come back when the log is applied. This protocol is their
 contract, held by mypy (STYLE.md 17, "Declare the seams"): the request handler, the timers
 and the HTTP face type the door as ``Door[Peer]`` and never need to know which one they call.
 

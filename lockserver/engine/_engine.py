@@ -128,7 +128,7 @@ _FAILED = "TransactionError:Statement"
 _REFUSED = "TransactionError:MinimumRequirements"
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class Engine:
     """The pure lock engine. See the module docstring for the rules it keeps."""
 

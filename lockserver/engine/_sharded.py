@@ -47,7 +47,7 @@ def _first(item: tuple[str, object]) -> str:
     return item[0]
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class ShardedDict(MutableMapping[str, V]):
     """A str-keyed mutable mapping over SHARDS dicts: ``shards[hash(key) & mask]`` holds
     ``key``, ``n`` counts the keys. Same behaviour as a dict except order: iteration goes
@@ -123,7 +123,7 @@ def stable_hash(key: str) -> int:
     return zlib.crc32(key.encode("utf-8", "surrogatepass"))
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class StableKeys:
     """A set of str keys, used like a ``dict[str, None]`` (``keys[k] = None``, ``del
     keys[k]``, ``k in keys``, ``len``, iteration), over SHARDS dicts: ``shards[stable_hash(k)
@@ -174,7 +174,7 @@ def pair_hash(key: tuple[str, str]) -> int:
     return zlib.crc32(table.encode("utf-8", "surrogatepass"), crc)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class StableMap(Generic[V]):
     """A map of (namespace, table) pairs, used like a dict (``get``, ``m[k]``, ``m[k] = v``,
     ``del m[k]``, ``k in m``, ``len``, iteration, ``items``, ``values``, ``clear``), over

@@ -195,7 +195,7 @@ def text_len(s: str) -> int:
     return len(s) if s.isascii() else len(s.encode("utf-8", "surrogatepass"))
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class Vars(dict[str, Slot]):
     """A small table's variables (or one shard of a ``BigTable``): var -> slot. A dict
     subclass for the cyclic collector only (measured with 1M held locks in one table): the
@@ -222,7 +222,7 @@ class Vars(dict[str, Slot]):
 SHARD_AT = 1 << 12
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class BigTable(ShardedDict[Slot]):
     """A table of SHARD_AT+ variables over Vars shards (Vars, not dict, for the collector's
     sake, see there). Stays sharded until it is empty (then the table is dropped).
@@ -355,7 +355,7 @@ def store_full(stored: int, limit: int) -> EngineError:
 SESSION_BASE = 512
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class SessionRecord:
     """A client session as the store keeps it: its spec, its index of held entries, its
     deadline bookkeeping and retry memory (engine-internal)."""
@@ -404,7 +404,7 @@ class SessionRecord:
         return self.last_touch + self.max_age
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class Store:
     """The data every transaction reads and changes, and the counts kept with it.
 

@@ -129,7 +129,7 @@ def keys_of(tx: Transaction, kind: type) -> frozenset[Key]:
     return frozenset(keys)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class _Shape:
     """What parking a transaction needs to know of its tree, from one walk."""
 
@@ -187,7 +187,7 @@ def _children(node: Node) -> Iterator[Node]:
             yield from (v for v in value if isinstance(v, Node))
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class _Waiter:
     __slots__ = (
         "cost",
@@ -244,7 +244,7 @@ Answer = tuple[Hashable, TransactionResult | EngineError]
 ARRIVAL_RUN: Final = 256
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class Arrivals:
     """The parked waiters in arrival order, found from an arrival number in O(log n), so a
     waiters listing resumes where its cursor left off at the cost of its page (a dict in
@@ -305,7 +305,7 @@ def lacks(obj: object, name: str) -> bool:
     return False
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/_group.py
+@mypyc_attr(allow_interpreted_subclasses=True)  # snapshots: lockserver/replication/_group.py
 class WaitQueue:
     """Parked transactions over one engine. ``owner`` is what the shell cancels as a group
     (a connection), ``token`` identifies one parked request (e.g. (connection, request id));

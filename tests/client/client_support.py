@@ -14,7 +14,7 @@ import trio
 from support import TEST_CONFIG, ThreadedServer, start_server
 
 from lockserver import RunningServer, serve
-from lockserver._server import GroupIdentity
+from lockserver.shell._server import GroupIdentity
 
 #: The servers are re-exported from tests/support.py, so test modules import them from here.
 __all__ = [

@@ -6,7 +6,7 @@ from the welcome, parked waits at a failover, groups as shards.
 
 Real servers on 127.0.0.1 in the test's trio run. They are standalone servers: a "group"
 here is servers whose welcome says one group's name, instance and replicas (the server's
-internal hook, ``lockserver._server.GroupIdentity``), which is all a client sees of a group;
+internal hook, ``lockserver.shell._server.GroupIdentity``), which is all a client sees of a group;
 they do not share lock state, so what is checked is the client's side: where it connects,
 what it reports, which session id it carries on with, and what it sends."""
 

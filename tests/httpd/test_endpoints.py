@@ -22,7 +22,7 @@ from server._wire import WireClient, wait_for
 
 from lockserver._auth import TokenSpec
 from lockserver._build import build
-from lockserver._http import HttpResponse
+from lockserver.http._http import HttpResponse
 from protocol import Assert, SetVar
 
 from ._client import HttpClient, get

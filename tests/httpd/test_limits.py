@@ -21,7 +21,7 @@ import trio.testing
 from server._wire import WireClient, wait_for
 
 from lockserver import RunningServer
-from lockserver._http import MAX_BODY
+from lockserver.http._http import MAX_BODY
 
 from ._client import HttpClient, get, request_bytes
 from .conftest import start_server

@@ -418,7 +418,7 @@ async def test_what_expires_as_a_page_is_read_is_told_to_its_holder(
             endpoints = server._shell.endpoints  # type: ignore[attr-defined]
             route = endpoints.routes["/v1/holders"]
             from lockserver._auth import ANONYMOUS
-            from lockserver._http import HttpRequest
+            from lockserver.http._http import HttpRequest
 
             # Synchronously, later than the expiry, before the server's timer can run.
             answer = route.handler(

@@ -18,7 +18,7 @@ from prometheus_client.samples import Sample
 from server._wire import WireClient
 
 from lockserver._build import build as lockserver_build
-from lockserver._metrics import HISTORY_SIZE, Durations, History
+from lockserver.http._metrics import HISTORY_SIZE, Durations, History
 from protocol import Assert, Exists, Not, SetVar
 
 from ._client import get

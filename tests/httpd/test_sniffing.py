@@ -8,7 +8,7 @@ with 0x00.
 
 from __future__ import annotations
 
-from lockserver._http import is_http
+from lockserver.http._http import is_http
 from protocol import MAX_HELLO_FRAME, Connection, Hello, Role
 
 

@@ -105,8 +105,8 @@ def test_the_status_page_is_in_the_wheel(pure_wheel: Built) -> None:
     """The HTTP status page is a data file of ``lockserver`` and ships with it, byte for
     byte (the server reads it with importlib.resources)."""
     with zipfile.ZipFile(pure_wheel.path) as wheel:
-        shipped = wheel.read("lockserver/_static/status.html")
-    assert shipped == (ROOT / "lockserver" / "_static" / "status.html").read_bytes()
+        shipped = wheel.read("lockserver/http/_static/status.html")
+    assert shipped == (ROOT / "lockserver" / "http" / "_static" / "status.html").read_bytes()
 
 
 def test_the_commands_are_declared(pure_wheel: Built) -> None:

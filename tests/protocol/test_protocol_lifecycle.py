@@ -362,7 +362,7 @@ def test_handshake_done_in_every_state() -> None:
 
 
 def test_a_refused_hello_may_be_retried_unless_the_refusal_closes() -> None:
-    """The server's behaviour (lockserver/_requests.py, Hello branch): a hello that does not
+    """The server's behaviour (lockserver/shell/_requests.py, Hello branch): a hello that does not
     decode is refused with a non-closing code, the state stays AWAITING_HELLO and a next hello
     is read; a refusal with a closing code (UNSUPPORTED_VERSION, UNAUTHORIZED) closes: nothing
     after it is read, not even a hello."""

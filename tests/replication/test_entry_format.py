@@ -1,5 +1,5 @@
-"""The log entry's encoding (``lockserver._group``, format 3): ops are deflated and come back
-equal; the entry is much smaller than its plain ops; format-1 (ops inline) and format-2 (no
+"""The log entry's encoding (``lockserver.replication._group``, format 3): ops are deflated and come
+back equal; the entry is much smaller than its plain ops; format-1 (ops inline) and format-2 (no
 registration, no base) entries are still applied in a group without a secret, the same as
 their format-3 twins; an entry of another format, ops that do not inflate completely, inflate
 past the bound or are not an array are refused with a clear ValueError; a skipped entry is
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from lockserver import _group
-from lockserver._group import (
+from lockserver.replication import _group
+from lockserver.replication._group import (
     ENTRY_FORMAT,
     EntryFormatError,
     GroupState,
@@ -26,7 +26,7 @@ from lockserver._group import (
     encode_ops,
     wire,
 )
-from lockserver._replica import VALUE_LIMIT, _fit
+from lockserver.replication._replica import VALUE_LIMIT, _fit
 from protocol import Assert, Execute, SessionSpec, SetVar, Transaction, pack
 
 from .test_group_state import GENESIS, acquire_op, release_op

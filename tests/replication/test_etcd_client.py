@@ -1,4 +1,4 @@
-"""lockserver._etcd against real etcd: keys, prefixes and pages, transactions, deletes,
+"""lockserver.replication._etcd against real etcd: keys, prefixes and pages, transactions, deletes,
 compaction, leases, watches, failover between members and the errors when nothing answers.
 
 Every test runs under ``trio.fail_after``; the one-member tests share a module's cluster
@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from lockbench.etcd import EtcdCluster, free_ports
-from lockserver._etcd import (
+from lockserver.replication._etcd import (
     MAX_VALUE,
     PAGE,
     Compacted,

@@ -19,8 +19,8 @@ import pytest
 import trio
 
 from lockbench.etcd import EtcdCluster
-from lockserver._etcd import Etcd, EtcdError, EtcdUnavailable
-from lockserver._etcd_http import Endpoint, parse_endpoint
+from lockserver.replication._etcd import Etcd, EtcdError, EtcdUnavailable
+from lockserver.replication._etcd_http import Endpoint, parse_endpoint
 
 #: Seconds any one test may take (the client's own timeouts are 0.5 s here).
 BOUND = 15

@@ -27,7 +27,7 @@ import trio
 from client import Assert, SetVar, open_lock_client
 from lockbench.etcd import ETCD, SKIP_REASON, EtcdCluster, started, wipe
 from lockserver import ServerConfig, serve
-from lockserver._etcd import Etcd, EtcdAuthError, EtcdError, EtcdUnavailable
+from lockserver.replication._etcd import Etcd, EtcdAuthError, EtcdError, EtcdUnavailable
 
 #: Seconds any one test may take.
 BOUND = 30

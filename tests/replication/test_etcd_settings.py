@@ -20,7 +20,7 @@ import trio
 from lockbench.etcd import ETCD, SKIP_REASON, EtcdCluster
 from lockserver import ConfigError, ServerConfig, load_config
 from lockserver._auth import SecurityConfigError
-from lockserver._etcd_access import (
+from lockserver.replication._etcd_access import (
     etcd_client,
     etcd_endpoints,
     etcd_tls_context,

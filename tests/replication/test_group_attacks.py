@@ -25,12 +25,19 @@ from httpd._client import get
 
 from client import LockClientError, open_lock_client
 from lockbench.etcd import EtcdCluster
-from lockserver import ServerConfig, _replica, serve
+from lockserver import ServerConfig, serve
 from lockserver._config import ConfigError
-from lockserver._etcd import Etcd
-from lockserver._group import ENTRY_FORMAT, decode_header, encode_entry, encode_ops, wire
-from lockserver._groupauth import GroupKeys
-from lockserver._replica import GroupRefused, group_prefix
+from lockserver.replication import _replica
+from lockserver.replication._etcd import Etcd
+from lockserver.replication._group import (
+    ENTRY_FORMAT,
+    decode_header,
+    encode_entry,
+    encode_ops,
+    wire,
+)
+from lockserver.replication._groupauth import GroupKeys
+from lockserver.replication._replica import GroupRefused, group_prefix
 from protocol import EndSession, pack
 
 from .test_group_state import acquire_op

@@ -26,7 +26,7 @@ import trio
 from client import Assert, LockClient, LockClientError, SetVar, open_lock_client
 from lockbench.etcd import EtcdCluster
 from lockbench.replicas import FAKETIME_LIBRARY, ReplicaGroup
-from lockserver._group import CLOCK_WINDOW
+from lockserver.replication._group import CLOCK_WINDOW
 
 from .test_group_attacks import NEW, repl, secret_file, start
 from .test_replicas import acquire, release, session_on

@@ -1,6 +1,6 @@
-"""The group secret (``lockserver._groupauth``, issue 29): the secret file is refused unless it
-is private, owned by this user and holds proper secrets (each message names the file and the
-line, never a secret); a sealed record opens only with a key that sealed it, for the purpose
+"""The group secret (``lockserver.replication._groupauth``, issue 29): the secret file is refused
+unless it is private, owned by this user and holds proper secrets (each message names the file and
+the line, never a secret); a sealed record opens only with a key that sealed it, for the purpose
 and in the context it was sealed for; any change of a sealed record's bytes is refused; a
 forged record cannot make a replica compute more than one HMAC per key it holds."""
 
@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lockserver._auth import SecurityConfigError
-from lockserver._groupauth import (
+from lockserver.replication._groupauth import (
     KEY_ID_SIZE,
     MIN_SECRET,
     SEALED,

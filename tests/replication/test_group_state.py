@@ -1,5 +1,5 @@
-"""The group's state machine (``lockserver._group``) without etcd: one log replayed into fresh
-replicas gives the same outputs and the same full state (issue 18, "Determinism"), also in
+"""The group's state machine (``lockserver.replication._group``) without etcd: one log replayed into
+fresh replicas gives the same outputs and the same full state (issue 18, "Determinism"), also in
 another process with another hash seed and across a snapshot taken midway; entries of
 replicas that are not registered, and batches applied already, change nothing; a departed
 replica's connections are dropped (their waiters go, the waiters behind them run); fences
@@ -18,7 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lockserver._group import (
+from lockserver.engine._sharded import StableKeys
+from lockserver.engine._store import SHARD_AT
+from lockserver.replication._group import (
     FENCES_PER_REVISION,
     Barrier,
     Genesis,
@@ -28,8 +30,6 @@ from lockserver._group import (
     encode_entry,
     wire,
 )
-from lockserver.engine._sharded import StableKeys
-from lockserver.engine._store import SHARD_AT
 from protocol import (
     AnywayContinueAfter,
     Assert,
@@ -293,7 +293,7 @@ def test_a_big_session_group_replays_and_restores_alike_across_hash_seeds() -> N
         "import pickle, sys\n"
         "sys.path.insert(0, 'tests/replication')\n"
         "from test_group_state import BIG_GENESIS, replay\n"
-        "from lockserver._group import GroupState\n"
+        "from lockserver.replication._group import GroupState\n"
         "events = pickle.loads(sys.stdin.buffer.read())\n"
         "state, _ = replay(events, GroupState(BIG_GENESIS))\n"
         "sys.stdout.buffer.write(state.snapshot())\n"

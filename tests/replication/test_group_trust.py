@@ -1,5 +1,5 @@
-"""The group's state machine with a group secret and its clock (``lockserver._group``, issue
-29), without etcd: what is not sealed by the group's secret changes nothing and is counted
+"""The group's state machine with a group secret and its clock (``lockserver.replication._group``,
+issue 29), without etcd: what is not sealed by the group's secret changes nothing and is counted
 (a forged registration and entry -- the two-put theft --, an entry sealed with another key,
 an unsealed entry of an unknown format, a registration record naming another replica, a
 second registration of a live replica, an old entry put again after its replica's
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockserver._group import (
+from lockserver.replication._group import (
     CLOCK_WINDOW,
     ENTRY_FORMAT,
     HEARTBEAT,
@@ -28,7 +28,7 @@ from lockserver._group import (
     encode_ops,
     wire,
 )
-from lockserver._groupauth import GroupKeys, Sealer
+from lockserver.replication._groupauth import GroupKeys, Sealer
 from protocol import (
     Assert,
     EndSession,

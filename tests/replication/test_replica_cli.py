@@ -102,8 +102,8 @@ def test_an_entry_of_an_unknown_format_halts_the_replica_and_status_says_why(
 
     from client import Assert, LockClient, SetVar
     from lockbench.etcd import _http
-    from lockserver._group import ENTRY_FORMAT
-    from lockserver._replica import group_prefix
+    from lockserver.replication._group import ENTRY_FORMAT
+    from lockserver.replication._replica import group_prefix
     from protocol import pack
 
     future = ENTRY_FORMAT + 1

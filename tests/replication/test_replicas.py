@@ -29,7 +29,7 @@ from client import (
 )
 from lockbench.etcd import EtcdCluster
 from lockserver import RunningServer, ServerConfig, serve
-from lockserver._replica import Replica
+from lockserver.replication._replica import Replica
 from protocol import Cause, ErrorCode
 
 _groups = itertools.count()

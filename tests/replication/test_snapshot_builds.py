@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from lockserver._build import build
-from lockserver._group import GroupState
+from lockserver.replication._group import GroupState
 
 from .test_group_state import _script_log, comparable, replay
 
@@ -28,7 +28,8 @@ root, tests, cut = sys.argv[1], sys.argv[2], int(sys.argv[3])
 pure = m.FileFinder.path_hook(
     (m.SourceFileLoader, m.SOURCE_SUFFIXES), (m.SourcelessFileLoader, m.BYTECODE_SUFFIXES)
 )
-ours = {root + "/protocol", root + "/lockserver", root + "/lockserver/engine"}
+ours = {root + "/protocol", root + "/lockserver"}
+ours |= {f"{root}/lockserver/{sub}" for sub in ("engine", "shell", "http", "replication")}
 
 def hook(path):
     if path in ours:
@@ -39,7 +40,7 @@ sys.path_hooks.insert(0, hook)
 sys.path_importer_cache.clear()
 sys.path.insert(0, tests)
 from lockserver._build import build
-from lockserver._group import GroupState
+from lockserver.replication._group import GroupState
 from replication.test_group_state import _script_log, comparable, replay
 
 events = _script_log()

@@ -1,4 +1,4 @@
-"""The poller's busy-poll policy (lockserver._busypoll), fed with made-up times and CPU costs,
+"""The poller's busy-poll policy (lockserver.shell._busypoll), fed with made-up times and CPU costs,
 and the server wiring: statistics, the off switch, shutdown while spinning."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import trio.testing
 from hypothesis import given
 
 from lockserver import RunningServer
-from lockserver._busypoll import SPIN_SHARE, BusyPoll
+from lockserver.shell._busypoll import SPIN_SHARE, BusyPoll
 from protocol import Assert, LockLost, LostReason, SetVar
 
 from ._wire import WireClient, wait_for

@@ -23,7 +23,7 @@ from typing import Any
 import trio
 
 from lockserver import RunningServer
-from lockserver._endpoints import Route
+from lockserver.http._endpoints import Route
 from protocol import (
     Assert,
     ErrorCode,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 
 from lockserver import RunningServer
-from lockserver._metrics import DURATION_BOUNDS, Durations
+from lockserver.http._metrics import DURATION_BOUNDS, Durations
 from protocol import Assert, SetVar
 
 from ._wire import WireClient

@@ -12,7 +12,7 @@ import trio
 
 from lockserver import RunningServer
 from lockserver._peer import Peer
-from lockserver._requests import _EARLY_FLUSH
+from lockserver.shell._requests import _EARLY_FLUSH
 from protocol import (
     PROTOCOL_VERSION,
     AnywayContinueAfter,

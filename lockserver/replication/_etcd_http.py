@@ -1,7 +1,7 @@
 """HTTP/1.1 to etcd's gateway: kept-alive connections, plain or TLS, spoken with h11 over
 non-blocking sockets under trio. No JSON here: bytes in, status and bytes out.
 
-This module owns the transport of :mod:`lockserver._etcd`: what an endpoint is
+This module owns the transport of :mod:`lockserver.replication._etcd`: what an endpoint is
 (:class:`Endpoint`), one connection (:class:`Connection`: connect, TLS handshake, one request
 and its whole answer, or a streamed answer read piece by piece), the idle connections kept
 per endpoint (:class:`Pool`) and the two ways a request can fail (:class:`NotSent`,

@@ -90,6 +90,8 @@ from typing import Any, Final, NamedTuple
 
 import attrs
 
+from lockserver._build import COMPILED_MODULES
+from lockserver.engine import BigTable, EngineLimits, LockCore, Output, ShardedDict, WaitLimits
 from protocol import (
     Cancel,
     EndSession,
@@ -104,9 +106,7 @@ from protocol import (
     unpack,
 )
 
-from ._build import COMPILED_MODULES
 from ._groupauth import Sealer
-from .engine import BigTable, EngineLimits, LockCore, Output, ShardedDict, WaitLimits
 
 __all__ = [
     "CLOCK_WINDOW",
@@ -747,7 +747,7 @@ def _by_value(obj: Any, path: set[int]) -> Any:
 _ALLOWED_BUILTINS: Final = frozenset(
     {"dict", "list", "set", "frozenset", "tuple", "str", "bytes", "int", "float", "bool", "slice"}
 )
-_ALLOWED_PREFIXES: Final = ("lockserver.engine.", "lockserver._group", "protocol.")
+_ALLOWED_PREFIXES: Final = ("lockserver.engine.", "lockserver.replication._group", "protocol.")
 
 
 # The modules of the build switch (lockserver/_build.py): their classes pickle differently in
@@ -795,6 +795,8 @@ def _set_attributes(obj: Any, state: dict[str, Any]) -> None:
 
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
+        if module == "lockserver._group":  # this module's name before issue 32's move
+            module = __name__
         if module == "builtins" and name in _ALLOWED_BUILTINS:
             return super().find_class(module, name)
         if module == "copyreg" and name in ("_reconstructor", "__newobj__"):

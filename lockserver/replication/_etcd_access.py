@@ -38,7 +38,8 @@ import stat
 from functools import partial
 from typing import Final, Protocol
 
-from ._auth import SecurityConfigError
+from lockserver._auth import SecurityConfigError
+
 from ._etcd import Etcd, EtcdAuthError
 from ._etcd_http import parse_endpoint
 

@@ -1,5 +1,6 @@
 """etcd's v3 API as its HTTP/JSON gateway speaks it: the values, the transaction
-vocabulary and the errors of :mod:`lockserver._etcd`, and their JSON both ways. No I/O here.
+vocabulary and the errors of :mod:`lockserver.replication._etcd`, and their JSON both ways. No I/O
+here.
 
 This module owns what the gateway's JSON means: every request body the client sends is built
 here, every answer is read here into frozen values (:class:`KeyValue`, :class:`WatchEvent`,

@@ -28,6 +28,10 @@ import re
 from typing import Any, Final
 from urllib.parse import unquote_to_bytes
 
+from lockserver._auth import Principal
+from lockserver._peer import Peer
+from lockserver.engine import Door, EngineError, SessionsListing
+from lockserver.http import Endpoints, HttpRequest, HttpResponse
 from protocol import (
     MAX_PAGE,
     ErrorCode,
@@ -41,12 +45,7 @@ from protocol import (
     request_from_wire,
 )
 
-from ._auth import Principal
-from ._endpoints import Endpoints
-from ._http import HttpRequest, HttpResponse
-from ._peer import Peer
 from ._requests import RequestHandler, sessions_page
-from .engine import Door, EngineError, SessionsListing
 
 __all__ = ["LONGEST_WAITS", "PARAMETERS", "TOP_TABLES", "HttpListings", "parse_query"]
 

@@ -73,6 +73,17 @@ from typing import Any, Final, NamedTuple
 import attrs
 import trio
 
+from lockserver._peer import Peer
+from lockserver.engine import (
+    BusyTable,
+    CoreStatistics,
+    Engine,
+    Listed,
+    Output,
+    SessionsListing,
+    Visibility,
+    VisibleCounts,
+)
 from protocol import (
     Cancel,
     Cause,
@@ -107,17 +118,6 @@ from ._group import (
     wire,
 )
 from ._groupauth import GroupKeys, Sealer, is_sealed
-from ._peer import Peer
-from .engine import (
-    BusyTable,
-    CoreStatistics,
-    Engine,
-    Listed,
-    Output,
-    SessionsListing,
-    Visibility,
-    VisibleCounts,
-)
 
 __all__ = [
     "GroupRefused",

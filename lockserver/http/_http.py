@@ -65,7 +65,7 @@ import attrs
 import h11
 import trio
 
-from ._peer import CLOSE_GRACE, TURN_SECONDS, WOULD_BLOCK_READ, WOULD_BLOCK_WRITE, linger
+from lockserver._peer import CLOSE_GRACE, TURN_SECONDS, WOULD_BLOCK_READ, WOULD_BLOCK_WRITE, linger
 
 __all__ = [
     "MAX_BODY",

@@ -90,6 +90,39 @@ from typing import Any, Final
 import attrs
 import trio
 
+from lockserver._auth import Authenticator, Principal, SecurityConfigError, server_ssl_context
+from lockserver._build import build
+from lockserver._config import (
+    ConfigError,
+    ServerConfig,
+    advertised_limits,
+    server_version,
+    skip_revisions,
+)
+from lockserver._gcstats import GcPauses
+from lockserver._peer import CLOSE_GRACE, Peer, Totals, linger
+from lockserver._trust import TrustMonitor
+from lockserver.engine import Door, Engine, EngineLimits, LockCore, Output, WaitLimits
+from lockserver.http import (
+    Durations,
+    Endpoints,
+    History,
+    HttpConnection,
+    HttpCounters,
+    HttpLimits,
+    ServerCollector,
+    is_http,
+    too_many,
+)
+from lockserver.replication import (
+    Genesis,
+    Replica,
+    ReplicatedDoor,
+    ReplicationSettings,
+    etcd_client,
+    etcd_endpoints,
+    read_group_secret,
+)
 from protocol import (
     PROTOCOL_VERSION,
     Connection,
@@ -101,24 +134,11 @@ from protocol import (
     Welcome,
 )
 
-from ._auth import Authenticator, Principal, SecurityConfigError, server_ssl_context
-from ._build import build
 from ._busypoll import BusyPoll
-from ._config import ConfigError, ServerConfig, server_version, skip_revisions
-from ._endpoints import Endpoints
-from ._etcd_access import etcd_client, etcd_endpoints
-from ._gcstats import GcPauses
-from ._group import Genesis
-from ._groupauth import read_group_secret
-from ._http import HttpConnection, HttpCounters, HttpLimits, is_http, too_many
 from ._http_listings import HttpListings
-from ._metrics import Durations, History, ServerCollector
-from ._peer import CLOSE_GRACE, Peer, Totals, linger
 from ._reading import Reader
-from ._replica import Replica, ReplicatedDoor, ReplicationSettings
 from ._requests import Alarm, RequestHandler
-from ._trust import TrustMonitor
-from .engine import Door, Engine, EngineLimits, LockCore, Output, WaitLimits
+from ._statistics import ServerStatistics, ShellFigures
 
 __all__ = ["RunningServer", "serve"]
 
@@ -182,7 +202,7 @@ class RunningServer:
 
     def statistics(self) -> dict[str, Any]:
         """The nested figures the GetStatistics request answers (docs/configuration.md)."""
-        return self._shell.statistics(trio.current_time())
+        return self._shell.wire_statistics(trio.current_time())
 
     def shutdown(self) -> None:
         """Stop accepting, let in-flight replies drain, close every connection; ``serve``
@@ -390,37 +410,7 @@ class Server:
             max_value=config.max_value,
             max_ttl=config.max_ttl,
         )
-        self.limits: dict[str, Any] = {
-            "max_frame": config.max_frame,
-            "max_ops": config.max_ops,
-            "max_depth": config.max_depth,
-            "max_name": config.max_name,
-            "max_text": config.max_text,
-            "max_value": config.max_value,
-            "max_ttl": config.max_ttl,
-            "max_connections": config.max_connections,
-            "max_sessions": config.max_sessions,
-            "max_entries": config.max_entries,
-            "max_entries_per_session": config.max_entries_per_session,
-            "max_store_bytes": config.max_store_bytes,
-            "max_session_age": config.max_session_age,
-            "max_send_buffer": config.max_send_buffer,
-            "send_timeout": config.send_timeout,
-            "handshake_timeout": config.handshake_timeout,
-            "idle_timeout": config.idle_timeout,
-            "frame_timeout": config.frame_timeout,
-            "max_receive_total": config.max_receive_total,
-            "max_send_total": config.max_send_total,
-            "max_wait": config.max_wait,
-            "max_waiters": config.max_waiters,
-            "max_waiters_per_session": config.max_waiters_per_session,
-            "max_waiters_per_connection": config.max_waiters_per_connection,
-            "max_waiting_ops_per_variable": config.max_waiting_ops_per_variable,
-            "max_waiting_ops_per_session": config.max_waiting_ops_per_session,
-            "max_waiting_ops_per_principal": config.max_waiting_ops_per_principal,
-            "max_subscriptions": config.max_subscriptions,
-            "max_subscriptions_per_principal": config.max_subscriptions_per_principal,
-        }
+        self.limits = advertised_limits(config)  # what the welcome and stats report
         self.version = server_version()
         self.build = build()  # "pure" or "compiled" (lockserver/_build.py)
         # Drawn at every start: a client that reconnects and sees another instance knows
@@ -490,12 +480,12 @@ class Server:
         self.history = History()  # the status page's chart, sampled by the trust ticker
         self.endpoints = Endpoints(
             config,
-            statistics=self.statistics,
+            statistics=self.wire_statistics,
             scope=self.requests.scope,
             shutting_down=lambda: self.shutting_down,
             history=self.history,
             collector=ServerCollector(
-                lambda: self.statistics(trio.current_time()),
+                lambda: self.wire_statistics(trio.current_time()),
                 durations=self.durations,
                 gc_pauses=self.gc_pauses,
                 http=self.http,
@@ -862,68 +852,58 @@ class Server:
 
     # --- statistics ---------------------------------------------------------------------------
 
-    def statistics(self, now: float, scope: Principal | None = None) -> dict[str, Any]:
-        """The statistics map (docs/configuration.md "Statistics"); with ``scope`` (a
+    def statistics(self, now: float, scope: Principal | None = None) -> ServerStatistics:
+        """The statistics record (docs/configuration.md "Statistics"); with ``scope`` (a
         principal that may not see the whole server) its counts are the principal's own
         (``LockCore.visible_counts``: docs/security.md)."""
         stats = self._statistics(now)
         if scope is None:
             return stats
-        counts = self.core.visible_counts(scope)
-        stats["engine"] = {
-            **stats["engine"],
-            "namespaces": counts.namespaces,
-            "tables": counts.tables,
-            "entries": counts.entries,
-            "sessions": counts.sessions,
-            "scope": scope.name,
-        }
-        stats["waiting"] = {**stats["waiting"], "waiters": counts.waiters}
-        del stats["server"]["sessions_tracked"]  # of every principal: not counted per one
-        return stats
+        return stats.scoped(scope.name, self.core.visible_counts(scope))
 
-    def _statistics(self, now: float) -> dict[str, Any]:
+    def wire_statistics(self, now: float, scope: Principal | None = None) -> dict[str, Any]:
+        """:meth:`statistics` as the ``stats`` reply's map: what the HTTP face reads."""
+        return self.statistics(now, scope).to_wire()
+
+    def _statistics(self, now: float) -> ServerStatistics:
         core, losses = self.core.statistics(now, trust=self.trust.trust(now))
         self.requests.deliver(losses)  # sessions that expired as the counts were taken
         requests = self.requests
-        extra: dict[str, Any] = {}
-        if self.replica is not None:
-            extra["replication"] = self.replica.statistics()
-        return {
-            "server": {
-                "version": self.version,
-                "build": self.build,
-                "host": self.hostname,
-                "address": self.address,
-                "uptime": core.engine.uptime,
-                "connections": len(self.clients),
-                "connections_blocked": self.totals.blocked,
-                "connections_total": self.connections_total,
-                "connections_refused": self.connections_refused,
-                "requests_total": requests.requests_total,
-                "protocol_errors": requests.protocol_errors,
-                "internal_errors": self.internal_errors + requests.internal_errors,
-                "slow_consumers_dropped": self.slow_consumers_dropped,
-                "handshake_timeouts": self.handshake_timeouts,
-                "idle_timeouts": self.idle_timeouts,
-                "frame_timeouts": self.frame_timeouts,
-                "overloaded_drops": self.reader.overloaded_drops,
-                "receive_buffered": self.totals.received,
-                "send_buffered": self.totals.unsent,
-                "events_sent": requests.events_sent,
-                "feed_events_sent": requests.feed_sent,
-                "feed_events_dropped": requests.feed_dropped,
-                "sessions_tracked": core.sessions_routed,
-                "http_connections": self.http.open,
-                "http_connections_evicted": self.http.evicted,
-                "http_requests_total": self.http.requests,
-                **self.reader.busy_poll.to_wire(),
-                **self.durations.passes_to_wire(),
-            },
-            "waiting": core.waiting.to_wire(),
-            "trust": attrs.asdict(self.trust.statistics(now)),
-            "engine": core.engine.to_wire(),
-            "limits": dict(self.limits),
-            "gc": self.gc_pauses.to_wire(),
-            **extra,
-        }
+        return ServerStatistics(
+            server=ShellFigures(
+                version=self.version,
+                build=self.build,
+                host=self.hostname,
+                address=self.address,
+                uptime=core.engine.uptime,
+                connections=len(self.clients),
+                connections_blocked=self.totals.blocked,
+                connections_total=self.connections_total,
+                connections_refused=self.connections_refused,
+                requests_total=requests.requests_total,
+                protocol_errors=requests.protocol_errors,
+                internal_errors=self.internal_errors + requests.internal_errors,
+                slow_consumers_dropped=self.slow_consumers_dropped,
+                handshake_timeouts=self.handshake_timeouts,
+                idle_timeouts=self.idle_timeouts,
+                frame_timeouts=self.frame_timeouts,
+                overloaded_drops=self.reader.overloaded_drops,
+                receive_buffered=self.totals.received,
+                send_buffered=self.totals.unsent,
+                events_sent=requests.events_sent,
+                feed_events_sent=requests.feed_sent,
+                feed_events_dropped=requests.feed_dropped,
+                sessions_tracked=core.sessions_routed,
+                http_connections=self.http.open,
+                http_connections_evicted=self.http.evicted,
+                http_requests_total=self.http.requests,
+                busy_poll=self.reader.busy_poll.to_wire(),
+                passes=self.durations.passes_to_wire(),
+            ),
+            waiting=core.waiting,
+            trust=self.trust.statistics(now),
+            engine=core.engine,
+            limits=self.limits,
+            gc=self.gc_pauses.to_wire(),
+            replication=None if self.replica is None else self.replica.statistics(),
+        )

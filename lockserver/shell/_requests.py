@@ -73,6 +73,11 @@ from typing import Any, Final
 import attrs
 import trio
 
+from lockserver._auth import Authenticator, Principal
+from lockserver._config import ServerConfig
+from lockserver._peer import TURN_SECONDS, Peer
+from lockserver._trust import TrustMonitor
+from lockserver.engine import Door, EngineError, Listed, Output, SessionsListing
 from protocol import (
     DEFAULT_MAX_FRAME,
     HEADER_SIZE,
@@ -107,11 +112,7 @@ from protocol import (
     Welcome,
 )
 
-from ._auth import Authenticator, Principal
-from ._config import ServerConfig
-from ._peer import TURN_SECONDS, Peer
-from ._trust import TrustMonitor
-from .engine import Door, EngineError, Listed, Output, SessionsListing
+from ._statistics import ServerStatistics
 
 __all__ = ["FEED_BUFFER", "Alarm", "RequestHandler", "sessions_page"]
 
@@ -151,8 +152,8 @@ class Alarm:
 class RequestHandler:
     """Serves the requests of every peer: checks, one door call each, delivery.
 
-    ``statistics(now, scope)`` is the shell's (what ``stats`` answers; with ``scope``, the
-    counts a principal may see: :meth:`scope`); ``alarm`` its timer. The
+    ``statistics(now, scope)`` is the shell's record (``stats`` answers its wire map; with
+    ``scope``, the counts a principal may see: :meth:`scope`); ``alarm`` its timer. The
     counters are read by the shell's statistics.
     """
 
@@ -164,7 +165,7 @@ class RequestHandler:
         auth: Authenticator | None,
         welcome: Welcome,
         alarm: Alarm,
-        statistics: Callable[[float, Principal | None], dict[str, Any]],
+        statistics: Callable[[float, Principal | None], ServerStatistics],
     ) -> None:
         self.config = config
         self.max_session_age = config.max_session_age  # read per execute
@@ -369,7 +370,7 @@ class RequestHandler:
         shared = self._turn_statistics
         if shared is not None and shared[0] == self.turn and shared[1] == c.number:
             return shared[2]
-        values = self.statistics(now, self.scope(c.principal))
+        values = self.statistics(now, self.scope(c.principal)).to_wire()
         self._turn_statistics = (self.turn, c.number, values)
         return values
 

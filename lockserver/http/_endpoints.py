@@ -38,10 +38,10 @@ import attrs
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
+from lockserver._auth import ANONYMOUS, Authenticator, Principal
+from lockserver._config import ServerConfig
 from protocol import iso_utc
 
-from ._auth import ANONYMOUS, Authenticator, Principal
-from ._config import ServerConfig
 from ._http import HttpRequest, HttpResponse
 from ._metrics import History, ServerCollector
 
@@ -73,7 +73,7 @@ class Route:
 
 def status_page() -> bytes:
     """The status page's HTML, a data file of the package (shipped in the wheel)."""
-    return importlib.resources.files("lockserver").joinpath("_static/status.html").read_bytes()
+    return importlib.resources.files("lockserver.http").joinpath("_static/status.html").read_bytes()
 
 
 class Endpoints:

@@ -37,7 +37,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from ._gcstats import GcPauses
+from lockserver._gcstats import GcPauses
+
 from ._http import HttpCounters
 
 __all__ = ["DURATION_BOUNDS", "HISTORY_SIZE", "Durations", "History", "ServerCollector"]

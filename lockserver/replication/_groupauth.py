@@ -44,7 +44,7 @@ import stat
 from collections.abc import Sequence
 from typing import Final
 
-from ._auth import SecurityConfigError
+from lockserver._auth import SecurityConfigError
 
 __all__ = [
     "KEY_ID_SIZE",

@@ -83,12 +83,11 @@ from typing import Final, Protocol
 
 import trio
 
+from lockserver._peer import WOULD_BLOCK_READ, Peer, Totals
+from lockserver.http import Durations, is_http
 from protocol import ErrorCode
 
 from ._busypoll import BusyPoll
-from ._http import is_http
-from ._metrics import Durations
-from ._peer import WOULD_BLOCK_READ, Peer, Totals
 
 log = logging.getLogger("lockserver")
 
