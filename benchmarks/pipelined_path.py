@@ -77,7 +77,10 @@ async def _serve(args: argparse.Namespace) -> None:
         "send_timeout": 10,
         "on_slow": lambda p, w: None,
     }
-    shell = importlib.import_module("lockserver._server")
+    try:  # since issue 32's move: the serving shell in its own subpackage
+        shell = importlib.import_module("lockserver.shell._server")
+    except ImportError:  # an older checkout (--root)
+        shell = importlib.import_module("lockserver._server")
     if hasattr(shell, "Server"):
         base: Any = importlib.import_module("lockserver._peer").Peer
         server: Any = shell.Server(config, [listener])

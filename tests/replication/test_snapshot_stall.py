@@ -16,10 +16,10 @@ import trio
 import trio.testing
 
 from lockbench.etcd import EtcdCluster
-from lockserver import _replica
-from lockserver._etcd import Etcd
-from lockserver._group import Genesis, GroupState, SnapshotError, encode_entry, wire
-from lockserver._replica import encode_snapshot, group_prefix
+from lockserver.replication import _replica
+from lockserver.replication._etcd import Etcd
+from lockserver.replication._group import Genesis, GroupState, SnapshotError, encode_entry, wire
+from lockserver.replication._replica import encode_snapshot, group_prefix
 from protocol import Assert, Execute, SessionSpec, SetVar, Transaction
 
 from .test_replicas import acquire, caught_up, session_on, start
