@@ -11,7 +11,7 @@ Segments, in order: lockserver 3 nodes, lockserver 5 nodes, etcd 3 nodes, etcd 5
 with ``--nemesis all`` for its share of ``--minutes``. ``--runner`` prefixes each segment's
 command (a wrapper that queues it behind other jobs of a shared machine). A segment's
 directory keeps ``history.jsonl.gz`` (``gunzip -k`` it, then ``lockbench faults check
-history.jsonl`` judges it again), its report and its processes' logs; ``index.md`` lists the
+history.jsonl`` judges it again), its report and its processes' logs (gzipped); ``index.md`` lists the
 segments with their verdicts and the machine's load average before each.
 """
 
@@ -28,6 +28,20 @@ import time
 from pathlib import Path
 
 SEGMENTS = (("lockserver", 3), ("lockserver", 5), ("etcd", 3), ("etcd", 5))
+
+
+def _gzip(path: Path) -> None:
+    """``path`` -> ``path.gz`` (the original removed)."""
+    with open(path, "rb") as src, gzip.open(str(path) + ".gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    path.unlink()
+
+
+def _gzip_logs(logs: Path) -> None:
+    """Every process log of a segment gzipped in place (they are mostly repeated lines)."""
+    if logs.is_dir():
+        for log in sorted(logs.glob("*.log")):
+            _gzip(log)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,9 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         took = time.time() - started
         history = target / "history.jsonl"
         if history.exists():
-            with open(history, "rb") as src, gzip.open(str(history) + ".gz", "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            history.unlink()
+            _gzip(history)
+        _gzip_logs(target / "logs")
         rows.append((name, mins, done.returncode, took, load))
         print(f"=== {name}: exit {done.returncode} in {took:.0f} s", flush=True)
     with open(out / "index.md", "a", encoding="utf-8") as index:
