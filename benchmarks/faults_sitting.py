@@ -11,8 +11,8 @@ Segments, in order: lockserver 3 nodes, lockserver 5 nodes, etcd 3 nodes, etcd 5
 with ``--nemesis all`` for its share of ``--minutes``. ``--runner`` prefixes each segment's
 command (a wrapper that queues it behind other jobs of a shared machine). A segment's
 directory keeps ``history.jsonl.gz`` (``gunzip -k`` it, then ``lockbench faults check
-history.jsonl`` judges it again), its report and its processes' logs (gzipped); ``index.md`` lists the
-segments with their verdicts and the machine's load average before each.
+history.jsonl`` judges it again), its report and its processes' logs (gzipped); ``index.md``
+lists the segments with their verdicts and the machine's load average before each.
 """
 
 from __future__ import annotations
