@@ -23,18 +23,27 @@ pytestmark = pytest.mark.skipif(REASON is not None, reason=str(REASON))
 DURATION = 60
 
 
+def _faults_run(
+    out: Path, options: list[str], *, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``lockbench faults run OPTIONS --out OUT`` in a child process, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "lockbench", "faults", "run", *options, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 @pytest.mark.one_build(
     "a fault-lab run: its subject is the group under faults (netns, etcd, clocks)"
 )
 def test_a_short_lab_run_is_valid(tmp_path: Path) -> None:
     out = tmp_path / "lab"
-    done = subprocess.run(
+    done = _faults_run(
+        out,
         [
-            sys.executable,
-            "-m",
-            "lockbench",
-            "faults",
-            "run",
             "--nodes",
             "3",
             "--duration",
@@ -47,13 +56,8 @@ def test_a_short_lab_run_is_valid(tmp_path: Path) -> None:
             "5,6",
             "--seed",
             "31",
-            "--out",
-            str(out),
         ],
-        capture_output=True,
-        text=True,
         timeout=DURATION + 240,
-        check=False,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     history = read_history(out / "history.jsonl")
@@ -90,13 +94,9 @@ def test_a_replica_an_hour_ahead_breaks_no_lock(tmp_path: Path) -> None:
     wall clock +1 h, every workload running -- the verdict must be valid (no two holders at
     once, no grant inside a holder's guarantee, registers linearizable)."""
     out = tmp_path / "lab"
-    done = subprocess.run(
+    done = _faults_run(
+        out,
         [
-            sys.executable,
-            "-m",
-            "lockbench",
-            "faults",
-            "run",
             "--nodes",
             "3",
             "--duration",
@@ -113,13 +113,8 @@ def test_a_replica_an_hour_ahead_breaks_no_lock(tmp_path: Path) -> None:
             "15,15",
             "--seed",
             "29",
-            "--out",
-            str(out),
         ],
-        capture_output=True,
-        text=True,
         timeout=300,
-        check=False,
     )
     assert done.returncode != 2, done.stderr[-4000:]
     history = read_history(out / "history.jsonl")
@@ -148,13 +143,9 @@ def test_one_paused_etcd_member_leaves_the_group_available(tmp_path: Path) -> No
     valid."""
     out = tmp_path / "lab"
     start, end = 8.0, 20.0
-    done = subprocess.run(
+    done = _faults_run(
+        out,
         [
-            sys.executable,
-            "-m",
-            "lockbench",
-            "faults",
-            "run",
             "--nodes",
             "3",
             "--duration",
@@ -169,13 +160,8 @@ def test_one_paused_etcd_member_leaves_the_group_available(tmp_path: Path) -> No
             f"{end - start},{end - start}",
             "--seed",
             "5",  # the seed whose one pause-etcd stops n1's member
-            "--out",
-            str(out),
         ],
-        capture_output=True,
-        text=True,
         timeout=300,
-        check=False,
     )
     assert done.returncode != 2, done.stderr[-4000:]
     history = read_history(out / "history.jsonl")
