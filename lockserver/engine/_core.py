@@ -607,6 +607,12 @@ class LockCore(Generic[OwnerT]):
         self._settle(out, now, trust)
         return out
 
+    def grace(self, since: float, by: float) -> int:
+        """Every live session touched at or after ``since`` expires ``by`` seconds later
+        (``Engine.grace_sessions``); how many. Decides nothing else: what is due is expired
+        by the next :meth:`advance`."""
+        return self.engine.grace_sessions(since, by)
+
     def next_deadline(self) -> float | None:
         """When :meth:`advance` has something to do at the latest (an expiry or a wait
         deadline); None when nothing is due ever. Calls in between may move it earlier

@@ -534,6 +534,24 @@ class Engine:
         changed, self.store.changed = self.store.changed, set()
         return changed
 
+    def grace_sessions(self, since: float, by: float) -> int:
+        """Move the last touch of every live session touched at or after ``since`` (engine
+        time) ``by`` seconds later, so it expires that much later; return how many. A
+        replicated group calls it when its time jumps forward: a session used while the
+        group's time lagged real time was promised its max age in real time
+        (``lockserver/replication/_group.py``). Sessions touched before ``since`` keep their
+        deadline. The expiry queue follows lazily (a later deadline is re-queued when due)."""
+        if by <= 0:
+            return 0
+        moved = 0
+        sessions = self.sessions
+        for sid in sessions:
+            s = sessions[sid]
+            if not s.ended and s.last_touch >= since:
+                s.last_touch += by
+                moved += 1
+        return moved
+
     def tag_session(self, session_id: str, tag: str) -> None:
         """Label a live, unlabelled session with ``tag`` (no-op otherwise). The engine only
         keeps the label, and drops it with the session: the shell uses it for the principal

@@ -46,7 +46,11 @@ Rules kept:
   anything has a deadline, so an honest stamp is never that far ahead. Time that passed while
   no entry could be committed (the whole group down) comes back only through a *jump* op
   measured by etcd's own clock (the *witness* lease, ``_replica.py``); a clamp voids the
-  witness until it is anchored again.
+  witness until it is anchored again. A jump expires only what was idle since before the
+  witness's anchor: every live session used since then (or every one, with no witness) is
+  moved the jump later (``graced``), since the time may have been lost before its use and
+  replicas may have served it from lagging time (issue 31: every replica's watch stalled
+  on one etcd member, then a jump of 3.7 s expired sessions granted a moment before).
 
 Entry (msgpack): ``[3, replica, registration, batch, stamp, base, trust, ops]`` --
 ``registration`` the revision of the proposer's registration, ``base`` the revision it had
@@ -83,6 +87,7 @@ rejected first). Op (a list, first item its kind):
 from __future__ import annotations
 
 import io
+import math
 import pickle
 import zlib
 from collections.abc import Callable
@@ -372,6 +377,7 @@ class GroupState:
         self.clamped = 0  # stamps that would have moved time past the window
         self.jumps = 0  # witness jumps applied, and the seconds they moved time
         self.jumped = 0.0
+        self.graced = 0  # sessions a jump moved forward (used since the witness's anchor)
         self.skipped_revisions = 0  # revisions skipped as told (--skip-revision)
         # key id -> the last revision at which an entry sealed with it was applied
         self.signers: dict[bytes, int] = {}
@@ -596,6 +602,14 @@ class GroupState:
         value = float(op[1])
         if value <= now:
             return now
+        # The jump may expire only what was idle since before the witness's anchor: real
+        # time since such a use is at least what the jump counts. Where in the span since
+        # the anchor the time was lost is unknown (a whole group down, or every replica's
+        # watch stalled while clients were served from lagging time), so a session used
+        # since then keeps the time it was promised: it expires the jump later.
+        witness = self.witness
+        since = -math.inf if witness is None else witness[2]
+        self.graced += self.core.grace(since, value - now)
         self.jumps += 1
         self.jumped += value - now
         self.now = value

@@ -1013,6 +1013,7 @@ class Replica:
             "clock_resets": self.clock_resets,
             "time_jumps": state.jumps,
             "time_jumped": state.jumped,
+            "time_graced": state.graced,
             "witness": state.witness is not None,
             "signers": {kid.hex(): revision for kid, revision in state.signers.items()},
             "snapshot_revision": self.snapshot_revision,

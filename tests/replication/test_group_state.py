@@ -272,8 +272,10 @@ def big_group_log() -> list[Event]:
         events.append(("entry", encode_entry("r1", batch, t + 1, 1.0, ops)))
     releases = [release_op(1, 99, "s1", f"v{i}") for i in range(0, n, 41)]
     events.append(("entry", encode_entry("r1", len(events), t + 2, 1.0, releases)))
-    # past s1's max age: a jump (what the witness proposes), as a stamp moves a window only
-    events.append(("entry", encode_entry("r1", len(events), t + 2, 1.0, [["j", t + 20]])))
+    # past s1's max age: a jump (what the witness proposes, anchored after s1's last use: a
+    # jump expires only what was idle since the anchor), as a stamp moves a window only
+    jump = [["k", 7, 86_400, t + 3], ["j", t + 20]]
+    events.append(("entry", encode_entry("r1", len(events), t + 3, 1.0, jump)))
     return events
 
 
@@ -374,7 +376,9 @@ def test_session_expires_through_the_log_and_its_owners_hear_it() -> None:
         [
             ("reg", "r1"),
             ("entry", encode_entry("r1", 1, t + 1, 1.0, [acquire_op(1, 1, "s1", "a", None)])),
-            ("entry", encode_entry("r1", 2, t + 1.5, 1.0, [["j", t + 20]])),
+            # the witness anchored after the session's use: the jump may expire it
+            ("entry", encode_entry("r1", 2, t + 1.5, 1.0, [["k", 7, 86_400, t + 1.5]])),
+            ("entry", encode_entry("r1", 3, t + 1.5, 1.0, [["j", t + 20]])),
         ]
     )
     lost = [(a, p) for a, p in outs if isinstance(p, LockLost)]

@@ -353,12 +353,14 @@ def test_a_snapshot_of_the_previous_version_loads_with_defaults() -> None:
         "clamped",
         "jumps",
         "jumped",
+        "graced",
         "skipped_revisions",
         "witness",
     ):
         del state.__dict__[name]
     restored = GroupState.restore(state.snapshot())
     assert restored.registrations == {} and restored.witness is None and restored.rejected == 0
+    assert restored.graced == 0
     tx = Transaction("ns", (Assert(SetVar("L", "v", "s")),))
     op = ["x", 1, "", wire(Execute(1, SessionSpec("s", 5.0), tx, None))]
     data = pack([2, "r1", 1, T + 0.5, 1.0, encode_ops([op])])
