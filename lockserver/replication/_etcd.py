@@ -14,9 +14,12 @@ Rules kept:
   (connect, TLS handshake, renewing the auth token, send and the whole answer); a call tries
   each endpoint at most once, so it returns or raises within ``len(endpoints) * timeout``.
   An answer is at most ``max_answer`` bytes (a listing is paged to fit: :data:`PAGE` keys of
-  up to 2 MiB each). A watch stream has no bound on how long it waits for the next event,
-  but connecting it and receiving etcd's "created" does, and so does each event's arrival
-  once begun (``_etcd_watch.py``).
+  up to 2 MiB each). A call may ask for a shorter bound per attempt (``timeout``: the
+  replica's puts and keepalives), so a stopped member costs that, not ``timeout``. A watch
+  stream has no bound on how long it waits for the next event (its caller bounds that: the
+  replica's watch guard), but connecting it and receiving etcd's "created" does, and so
+  does each event's arrival once begun (``_etcd_watch.py``). A watch asks for a leader
+  (``Grpc-Metadata-hasleader``): a member without one refuses or ends it.
 - **Failover never doubles a write.** A call moves on to the next endpoint when the request
   cannot have reached etcd (the connection was refused or never opened, the TLS handshake
   failed), or when the call is a read (ranges, status, keepalive, revoke, compaction), which
@@ -133,6 +136,10 @@ PAGE: Final = MAX_ANSWER // KV_JSON_MAX
 
 # Paths whose request is a read: asked again elsewhere when the answer may have been lost.
 _AUTHENTICATE: Final = "/v3/auth/authenticate"
+#: A watch asks for a leader: the gateway passes ``Grpc-Metadata-*`` headers to etcd as gRPC
+#: metadata, and etcd refuses (or, once its member loses the leader, cancels) a watch whose
+#: ``hasleader`` is ``true`` (etcd-io/etcd#10819; etcdctl and clientv3's WithRequireLeader).
+_REQUIRE_LEADER: Final = ("Grpc-Metadata-hasleader", "true")
 
 
 # --- the client ---------------------------------------------------------------------------------
@@ -217,6 +224,8 @@ class Etcd:
         self._requests = 0
         self._failovers = 0
         self._watches_open = 0
+        #: The endpoint of the last watch opened (None: none yet).
+        self.watching: str | None = None
         self._pool = Pool(tls)
 
     def __repr__(self) -> str:
@@ -307,6 +316,16 @@ class Etcd:
                 return found, at
             start = kvs[-1].key + b"\0"
 
+    async def mod_revision(self, key: bytes, *, timeout: float | None = None) -> int:
+        """The revision of the last change of ``key`` (a linearizable read, no value moved),
+        0 when it does not exist. ``timeout``: the bound of one attempt at one endpoint."""
+        body = range_body(key, b"")
+        body["keys_only"] = True
+        answer = await self._call("/v3/kv/range", body, write=False, timeout=timeout)
+        with self._reading("/v3/kv/range"):
+            kvs = answer.get("kvs", [])
+            return int64(kvs[0], "mod_revision") if kvs else 0
+
     async def current_revision(self) -> int:
         """etcd's revision now (a linearizable count of one key, no values moved)."""
         body = range_body(b"\0", b"")
@@ -315,10 +334,15 @@ class Etcd:
         with self._reading("/v3/kv/range"):
             return int64(answer.get("header", {}), "revision")
 
-    async def put(self, key: bytes, value: bytes, *, lease: int = 0) -> int:
+    async def put(
+        self, key: bytes, value: bytes, *, lease: int = 0, timeout: float | None = None
+    ) -> int:
         """Store ``value`` at ``key`` (attached to ``lease`` unless 0); returns the put's
-        revision. Raises :class:`LeaseGone` when the lease does not exist."""
-        answer = await self._call("/v3/kv/put", put_body(key, value, lease), write=True)
+        revision. Raises :class:`LeaseGone` when the lease does not exist. ``timeout``: the
+        bound of one attempt at one endpoint, when shorter than the client's."""
+        answer = await self._call(
+            "/v3/kv/put", put_body(key, value, lease), write=True, timeout=timeout
+        )
         with self._reading("/v3/kv/put"):
             return int64(answer.get("header", {}), "revision")
 
@@ -415,10 +439,12 @@ class Etcd:
         with self._reading("/v3/lease/grant"):
             return int64(answer, "ID"), int64(answer, "TTL")
 
-    async def lease_keepalive(self, lease_id: int) -> int:
+    async def lease_keepalive(self, lease_id: int, *, timeout: float | None = None) -> int:
         """Renew the lease to its full TTL; returns that TTL in seconds. Raises
         :class:`LeaseGone` when the lease no longer exists (expired or revoked)."""
-        answer = await self._call("/v3/lease/keepalive", {"ID": str(lease_id)}, write=False)
+        answer = await self._call(
+            "/v3/lease/keepalive", {"ID": str(lease_id)}, write=False, timeout=timeout
+        )
         with self._reading("/v3/lease/keepalive"):
             ttl = int64(answer, "TTL")
         if ttl <= 0:
@@ -450,7 +476,12 @@ class Etcd:
     # --- watch and status -----------------------------------------------------------------
 
     def watch(
-        self, prefix: bytes, *, start_revision: int, range_end: bytes | None = None
+        self,
+        prefix: bytes,
+        *,
+        start_revision: int,
+        range_end: bytes | None = None,
+        open_timeout: float | None = None,
     ) -> AbstractAsyncContextManager[AsyncIterator[list[WatchEvent]]]:
         """Watch every key starting with ``prefix`` (with ``range_end``: every key from
         ``prefix`` up to, not including, ``range_end``) from ``start_revision`` (inclusive; the
@@ -462,13 +493,26 @@ class Etcd:
         The iterator raises :class:`Compacted` when ``start_revision`` has been compacted
         (right after creation), and :class:`EtcdUnavailable` when the stream breaks or etcd
         ends it (the next call starts at another endpoint): resume with a new watch from the
-        last revision seen + 1."""
+        last revision seen + 1.
+
+        The watch asks for a leader (``Grpc-Metadata-hasleader: true``, as etcdctl and
+        clientv3's ``WithRequireLeader`` do): a member that has lost its leader refuses it,
+        or ends it, rather than keep it open and silent. A member that is stopped ends
+        nothing: the caller bounds that (``Replica``'s watch guard). ``open_timeout``: the
+        bound of opening it at one endpoint, when shorter than the client's.
+        :attr:`watching` is the endpoint of the last watch opened."""
         start, end = (b"\0", b"\0") if prefix == b"" else (prefix, prefix_end(prefix))
         if range_end is not None:
             if range_end <= prefix:
                 raise ValueError("a watch's range_end must sort after its first key")
             start, end = prefix or b"\0", range_end
-        return self._watch(start, end, start_revision)
+        return self._watch(start, end, start_revision, timeout=open_timeout)
+
+    def avoid(self, url: str) -> None:
+        """The endpoint ``url`` serves no more (a watch there went silent while the cluster
+        moved on): when the next call would start there, it starts at the next one."""
+        if len(self._endpoints) > 1 and self._endpoints[self._current] == url:
+            self._move_past(self._current)
 
     async def status(self) -> dict[str, Any]:
         """The maintenance status of the endpoint that answers: ``version``, ``leader`` and
@@ -501,7 +545,9 @@ class Etcd:
         except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
             raise malformed(self.endpoint, path, f"{type(e).__name__}: {e}") from None
 
-    async def _call(self, path: str, body: dict[str, Any], *, write: bool) -> dict[str, Any]:
+    async def _call(
+        self, path: str, body: dict[str, Any], *, write: bool, timeout: float | None = None
+    ) -> dict[str, Any]:
         """POST ``body`` to ``path`` on the current endpoint, failing over by the module's
         rule; the decoded answer, or the error it carried raised."""
         failures: list[str] = []
@@ -511,7 +557,7 @@ class Etcd:
             index = (self._current + step) % count
             endpoint = self._parsed[index]
             try:
-                answer = await self._attempt(endpoint, path, data, body)
+                answer = await self._attempt(endpoint, path, data, body, timeout)
             except NotSent as e:
                 failures.append(f"{endpoint.url} ({e})")
             except MaybeSent as e:
@@ -536,6 +582,10 @@ class Etcd:
             endpoint=self._endpoints[0] if count == 1 else None,
         )
 
+    def _bound(self, timeout: float | None) -> float:
+        """One attempt's bound: the client's, or a shorter one the call asked for."""
+        return self._timeout if timeout is None else min(self._timeout, max(0.05, timeout))
+
     def _move_past(self, index: int) -> None:
         """Start the next call at the endpoint after ``index`` (it just failed)."""
         if len(self._endpoints) > 1:
@@ -543,12 +593,17 @@ class Etcd:
             self._failovers += 1
 
     async def _attempt(
-        self, endpoint: Endpoint, path: str, data: bytes, body: dict[str, Any]
+        self,
+        endpoint: Endpoint,
+        path: str,
+        data: bytes,
+        body: dict[str, Any],
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         """One POST to one endpoint within ``timeout`` (a token renewal included): the
         answer, an etcd error raised as its EtcdError, or :class:`NotSent` /
         :class:`MaybeSent` for a transport failure."""
-        deadline = trio.current_time() + self._timeout
+        deadline = trio.current_time() + self._bound(timeout)
         token = await self._token_for(endpoint, deadline)
         try:
             return await self._exchange(endpoint, path, data, body, token, deadline)
@@ -661,7 +716,13 @@ class Etcd:
 
     @asynccontextmanager
     async def _watch(
-        self, start: bytes, end: bytes, start_revision: int, *, at: Endpoint | None = None
+        self,
+        start: bytes,
+        end: bytes,
+        start_revision: int,
+        *,
+        at: Endpoint | None = None,
+        timeout: float | None = None,
     ) -> AsyncIterator[AsyncIterator[list[WatchEvent]]]:
         create = {
             "create_request": {
@@ -671,7 +732,9 @@ class Etcd:
                 "fragment": True,
             }
         }
-        stream = await self._open_watch(create, at)
+        stream = await self._open_watch(create, at, timeout)
+        if at is None:
+            self.watching = stream.url
         self._watches_open += 1
         try:
             yield stream
@@ -686,7 +749,9 @@ class Etcd:
             self._watches_open -= 1
             stream.close()
 
-    async def _open_watch(self, create: dict[str, Any], at: Endpoint | None) -> WatchStream:
+    async def _open_watch(
+        self, create: dict[str, Any], at: Endpoint | None, timeout: float | None = None
+    ) -> WatchStream:
         """Open a watch stream on ``at`` or, failing over by the read rule, on the endpoints
         from the current one; returns once etcd has said "created"."""
         count = len(self._parsed)
@@ -699,7 +764,7 @@ class Etcd:
         for index in order:
             endpoint = self._parsed[index]
             try:
-                stream = await self._open_watch_at(endpoint, create)
+                stream = await self._open_watch_at(endpoint, create, timeout)
             except (NotSent, MaybeSent, EtcdUnavailable) as e:
                 # Not connected, no "created" in time, the stream ended before it, or etcd
                 # said it cannot serve: the next endpoint may.
@@ -713,20 +778,25 @@ class Etcd:
             self._move_past(self._current)
         raise EtcdUnavailable(f"no etcd endpoint opened a watch: {'; '.join(failures)}")
 
-    async def _open_watch_at(self, endpoint: Endpoint, create: dict[str, Any]) -> WatchStream:
-        deadline = trio.current_time() + self._timeout
+    async def _open_watch_at(
+        self, endpoint: Endpoint, create: dict[str, Any], timeout: float | None = None
+    ) -> WatchStream:
+        bound = self._bound(timeout)
+        deadline = trio.current_time() + bound
         token = await self._token_for(endpoint, deadline)
         for renewed in (False, True):
             self._requests += 1
             stream = WatchStream(
                 self._pool, endpoint, timeout=self._timeout, max_line=self._max_answer
             )
-            headers = [] if token is None else [("Authorization", token)]
+            headers = (
+                [_REQUIRE_LEADER] if token is None else [_REQUIRE_LEADER, ("Authorization", token)]
+            )
             try:
                 with trio.move_on_at(deadline) as scope:
                     await stream.open(create, headers)
                 if scope.cancelled_caught:
-                    raise MaybeSent(f"no answer within {self._timeout} s")
+                    raise MaybeSent(f"no answer within {bound:g} s")
             except AuthRenew as e:
                 stream.close()
                 if renewed:

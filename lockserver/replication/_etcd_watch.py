@@ -17,7 +17,8 @@ Rules kept:
 - **Bounded against a hostile or broken server**: a line longer than ``max_line`` bytes, a
   line that has begun but does not end within ``timeout`` seconds, held-back events past
   ``max_line`` bytes, or a line that is not a watch response raise (the stream is closed).
-  Waiting for the *next* line has no bound: a quiet group writes nothing.
+  Waiting for the *next* line has no bound here: a quiet group writes nothing (the replica's
+  watch guard tells a quiet group from a silent member: ``_replica.py``).
 - **A stream never ends quietly.** A cancelled watch raises :class:`Compacted` (with etcd's
   compact revision) or :class:`EtcdUnavailable` (etcd's reason); an ended or broken
   connection raises :class:`EtcdUnavailable`. The caller resumes from its last revision + 1.

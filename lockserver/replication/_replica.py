@@ -38,6 +38,13 @@ Theory of operation (docs/replication.md):
   snapshots also anchors the **witness**: an etcd lease whose remaining TTL tells, by etcd's
   clock, how much time passed since the group's time was at its anchor; a replica that joins
   proposes a jump when the witness is ahead of the group's time (the whole group was down).
+- **Watching** (issue 31): the watch asks for a leader (``_etcd``), and a guard reopens it
+  at another member, from the last applied revision + 1, when it has not delivered within
+  ``watch_bound`` a revision etcd is known to hold (this replica's committed put, or a read
+  of the log key's revision made when the watch was quiet that long): a stopped member, or
+  one cut off and not told, ends nothing. Puts and keepalives give up on a member after
+  ``call_bound`` per attempt. Both bounds derive from the lease and commit timings. A jump
+  of the group's time after such a stall spares the sessions served meanwhile (``_group``).
 - **Halting**: an authenticated entry of a format this version does not know (a newer
   replica wrote it), or keys that cannot read a registered replica's entries, halt the
   replica: it closes its connections, leaves the group (revokes its lease), refuses every
@@ -59,6 +66,7 @@ Theory of operation (docs/replication.md):
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import logging
@@ -265,6 +273,19 @@ class Replica:
         self._jump_checked = False
         self._witness_leases: list[int] = []
         self._witness_asked = -math.inf
+        # Bounds on etcd (the module's "Watching"), derived from the lease and commit timings:
+        # one attempt of a put or a keepalive at one member, and how long the watch may fail
+        # to deliver a revision etcd is known to have before it is reopened elsewhere.
+        self.call_bound = max(0.5, min(settings.commit_timeout, settings.lease_ttl) / 3)
+        self.watch_bound = max(1.0, settings.lease_ttl / 2)
+        self._watch_scope: trio.CancelScope | None = None
+        self._watch_url: str | None = None
+        self._applied_at = trio.current_time()  # when the watch last delivered
+        # The highest revision of the watched keys etcd is known to hold that is not applied
+        # yet, and since when something is known unapplied (inf: nothing).
+        self._evidence = 0
+        self._evidence_at = math.inf
+        self.watch_reopens = 0
 
     # --- joining ------------------------------------------------------------------------------
 
@@ -358,6 +379,7 @@ class Replica:
         with trio.CancelScope() as self._working:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_loop)
+                nursery.start_soon(self._watch_guard_loop)
                 await self._register()
                 nursery.start_soon(self._keepalive_loop)
                 nursery.start_soon(self._propose_loop)
@@ -537,7 +559,8 @@ class Replica:
         with trio.move_on_after(self.settings.commit_timeout):
             while True:
                 try:
-                    await self.etcd.put(self.log_key, data)
+                    revision = await self.etcd.put(self.log_key, data, timeout=self.call_bound)
+                    self._known(revision)
                     self.puts += 1
                     self.ops_proposed += len(ops)
                     return
@@ -568,14 +591,22 @@ class Replica:
                 # The keys a replica applies (genesis, log, replicas/) sort before
                 # "snapshot": the snapshot's chunks (megabytes) never come down the watch;
                 # a replica reads them only when it loads a snapshot.
-                async with self.etcd.watch(
-                    self.prefix,
-                    start_revision=self.state.revision + 1,
-                    range_end=self.prefix + b"snapshot",
-                ) as batches:
-                    backoff = 0.05
-                    async for events in batches:
-                        self._apply(events)
+                with trio.CancelScope() as scope:
+                    async with self.etcd.watch(
+                        self.prefix,
+                        start_revision=self.state.revision + 1,
+                        range_end=self.prefix + b"snapshot",
+                        open_timeout=self.watch_bound,
+                    ) as batches:
+                        backoff = 0.05
+                        self._watch_url = self.etcd.watching
+                        self._watch_scope = scope
+                        self._applied_at = trio.current_time()
+                        async for events in batches:
+                            self._apply(events)
+                self._watch_scope = None
+                if scope.cancelled_caught:
+                    continue  # the guard found it stale: reopen at once, elsewhere
             except Compacted as exc:
                 log.warning(
                     "replica %s: the log was compacted past what it applied (%d < %d): loading "
@@ -606,11 +637,61 @@ class Replica:
                 continue
             except EtcdError as exc:
                 log.warning("replica %s: watching the log failed, resuming: %s", self.rid, exc)
+            self._watch_scope = None
             await trio.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
 
+    def _known(self, revision: int) -> None:
+        """etcd holds ``revision`` of the watched keys (this replica's put, or a read): the
+        watch must deliver it within ``watch_bound``."""
+        if revision > self.state.revision:
+            self._evidence = max(self._evidence, revision)
+            if self._evidence_at == math.inf:
+                self._evidence_at = trio.current_time()
+
+    async def _watch_guard_loop(self) -> None:
+        """Reopen the watch elsewhere when it went silent while etcd moved on (the module's
+        "Watching"): a member that is stopped, or cut off and not told, ends nothing."""
+        bound = self.watch_bound
+        while True:
+            await trio.sleep(bound / 4)
+            if self._watch_scope is None:
+                continue  # being opened (bounded there), or failed and backing off
+            now = trio.current_time()
+            if self.state.revision >= self._evidence:
+                self._evidence_at = math.inf
+            if self._evidence_at == math.inf:
+                if now - self._applied_at < bound:
+                    continue
+                # Quiet for the bound: is it the group, or the watch? One linearizable read
+                # of the log key's revision (no value) tells.
+                with contextlib.suppress(EtcdError):  # etcd itself down: nothing to reopen
+                    found = await self.etcd.mod_revision(self.log_key, timeout=self.call_bound)
+                    self._known(found)
+                self._applied_at = max(self._applied_at, now)  # one read per quiet bound
+                continue
+            scope = self._watch_scope
+            if now - self._evidence_at < bound or scope is None:
+                continue
+            self.watch_reopens += 1
+            self._warn(
+                "watch",
+                "replica %s: its watch of the log at %s delivered nothing for %.1f s while etcd "
+                "holds revision %d (it applied %d): reopening it at another member",
+                self.rid,
+                self._watch_url,
+                now - self._evidence_at,
+                self._evidence,
+                self.state.revision,
+            )
+            if self._watch_url is not None:
+                self.etcd.avoid(self._watch_url)
+            self._evidence_at = now  # the new watch gets a bound of its own
+            scope.cancel()
+
     def _apply(self, events: list[Any]) -> None:
         state = self.state
+        self._applied_at = trio.current_time()
         outs: list[Output[Owner]] = []
         log_key = self.log_key
         replicas = self.replicas_prefix
@@ -851,7 +932,7 @@ class Replica:
             if not self._reregister:
                 try:
                     asked = trio.current_time()
-                    await self.etcd.lease_keepalive(self.lease)
+                    await self.etcd.lease_keepalive(self.lease, timeout=self.call_bound)
                     self._lease_from = asked  # etcd renewed it after we asked: early
                     self._withholding = False
                     continue
@@ -1013,6 +1094,8 @@ class Replica:
             "clock_resets": self.clock_resets,
             "time_jumps": state.jumps,
             "time_jumped": state.jumped,
+            "watching": self.etcd.watching,
+            "watch_reopens": self.watch_reopens,
             "time_graced": state.graced,
             "witness": state.witness is not None,
             "signers": {kid.hex(): revision for kid, revision in state.signers.items()},
