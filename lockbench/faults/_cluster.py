@@ -300,6 +300,32 @@ class Cluster:
                 self._check(proc, deadline)
                 time.sleep(0.2)
 
+    def watched_member(self) -> str | None:
+        """The node whose etcd member most running replicas watch the log on now (each
+        replica's ``stats``: ``replication.watching``; a tie goes to the first in node
+        order), or None when no replica says (down, or a version without the figure)."""
+        from client import LockClient, LockClientError
+
+        by_address = {n.address: n.name for n in self.lab.nodes}
+        counts: dict[str, int] = {}
+        for name, proc in self.replicas.items():
+            if not proc.running:
+                continue
+            try:
+                with LockClient(
+                    self.lab.host(name).address, REPLICA_PORT, timeout=2, connect_timeout=1
+                ) as c:
+                    url = c.statistics().get("replication", {}).get("watching")
+            except (LockClientError, OSError):
+                continue
+            if not isinstance(url, str):
+                continue
+            node = by_address.get(url.split("://", 1)[-1].rpartition(":")[0])
+            if node is not None:
+                counts[node] = counts.get(node, 0) + 1
+        order = [n.name for n in self.lab.nodes]
+        return max(counts, key=lambda n: (counts[n], -order.index(n))) if counts else None
+
     def _check(self, proc: Proc, deadline: float) -> None:
         if not proc.running:
             raise RuntimeError(f"{proc.kind} on {proc.node.name} exited:\n{proc.log_tail()}")

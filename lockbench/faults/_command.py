@@ -135,6 +135,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     r.add_argument("--lease-ttl", type=int, default=2, help="the replicas' etcd lease TTL")
     r.add_argument(
+        "--target-watched",
+        action="store_true",
+        help="pause-etcd and kill-etcd stop the etcd member most replicas watch the log on "
+        "at the fault's start (their stats), not the planned one",
+    )
+    r.add_argument(
         "--session-max-age",
         type=float,
         default=WorkloadSettings().max_age,
@@ -169,6 +175,7 @@ def main(args: argparse.Namespace) -> int:
         clock_sign=args.clock_offset[1],
         loss_percent=args.loss_percent,
         lease_ttl=args.lease_ttl,
+        target_watched=args.target_watched,
         workloads=args.workloads,
         settings=WorkloadSettings(max_age=args.session_max_age),
     )

@@ -67,6 +67,8 @@ class LabConfig:
     clock_sign: int = 0  # 0: each clock fault's direction drawn; +1 / -1: always that way
     loss_percent: int = 100
     lease_ttl: int = 2
+    #: pause-etcd / kill-etcd stop the member the replicas watch at the fault's start.
+    target_watched: bool = False
     workloads: dict[str, int] | None = None
     settings: WorkloadSettings = attrs.field(factory=WorkloadSettings)
 
@@ -231,7 +233,13 @@ def _run_inside(
         writer.write(meta)
         resource = FencedResource(BRIDGE_ADDRESS, clock, writer.write).start()
         nemesis = Nemesis(
-            lab, cluster, clock, writer.write, loss_percent=config.loss_percent, log=log
+            lab,
+            cluster,
+            clock,
+            writer.write,
+            loss_percent=config.loss_percent,
+            target_watched=config.target_watched,
+            log=log,
         )
         workers: dict[str, Any] = {}
         try:

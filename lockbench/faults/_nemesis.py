@@ -196,6 +196,7 @@ class Nemesis:
         record: Callable[[Fault], None],
         *,
         loss_percent: int = 100,
+        target_watched: bool = False,
         log: Callable[[str], None] = lambda line: None,
     ) -> None:
         self.lab = lab
@@ -203,6 +204,7 @@ class Nemesis:
         self.clock = clock
         self.record = record
         self.loss_percent = loss_percent
+        self.target_watched = target_watched
         self.log = log
         self.stop = threading.Event()
         self.applied: list[Fault] = []
@@ -226,6 +228,12 @@ class Nemesis:
     # --- applying ----------------------------------------------------------------------------
 
     def _apply(self, p: PlannedFault) -> None:
+        if self.target_watched and p.kind in ("pause-etcd", "kill-etcd"):
+            # The member the replicas' watches are on now, wherever failovers moved them:
+            # the fault that tests a watch's own bound (issue 31).
+            watched = self.cluster.watched_member()
+            if watched is not None:
+                p = attrs.evolve(p, targets=(watched,))
         start = self.clock()
         fault = Fault(p.kind, p.targets, start, None, p.detail)
         self._active = (p, fault)
