@@ -168,6 +168,7 @@ def test_a_cancel_that_runs_out_is_deferred_and_noted_on_the_error() -> None:
     first_execute(op, 0.0)
     timeout = ClientTimeout("no reply")
     cancel = op.throw(timeout)
+    assert isinstance(cancel, _ops.RunTx)
     with pytest.raises(ClientTimeout) as raised:
         op.send(None)
     assert raised.value is timeout
