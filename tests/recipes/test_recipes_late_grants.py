@@ -3,7 +3,9 @@ of the fault lab): the recipe gives up with the error, and the session it leaves
 nothing -- whether the late transaction was applied before the recipe's cancel (the cancel
 removes its grant) or after it (its last statement finds the cancel's tombstone and it
 aborts). Real servers, both faces (trio and asyncio for the async one), every lock kind that
-acquires through ``_ops.acquire``; the group case runs on a real etcd.
+acquires through ``_ops.acquire``; the group case runs on a real etcd; and, on the engine
+itself with an explicit ``now``, hypothesis tries every order of late applications, the cancel
+and another session's acquires and releases.
 
 How the reply is lost: the session's ``execute`` is replaced on the instance by one that keeps
 the first call's transaction and raises ClientTimeout instead of sending it (or after running
@@ -23,6 +25,8 @@ import anyio
 import pytest
 import trio
 from asyncio_support import on_both_loops
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from recipes_support import NS, ThreadedServer
 
 from client import (
@@ -41,9 +45,13 @@ from client import (
     StateLock,
     open_lock_client,
 )
+from client._core import ClientCore
+from client._session_state import SessionState
 from client.recipes import CANCELLED_TABLE
 from lockbench.etcd import ETCD, SKIP_REASON, EtcdCluster, started, wipe
 from lockserver import RunningServer, ServerConfig, serve
+from lockserver.engine import Engine
+from protocol import Exists, SelectOperatorValue, SessionSpec, Status, Transaction
 
 
 class LostReply:
@@ -318,3 +326,76 @@ async def test_group_a_lost_acquire_applied_late_through_another_replica_holds_n
                 other = AsyncMutex(c2.session(max_age=30.0), NS, "m")
                 assert await other.acquire(blocking=False), other.last_result
             nursery.cancel_scope.cancel()
+
+
+# --- every order, on the engine itself (hypothesis) -------------------------------------------
+
+ENGINE_KINDS: dict[str, Callable[[Any], Any]] = {
+    "mutex": lambda s: Mutex(s, NS, "m"),
+    "read": lambda s: ReadWriteLock(s, NS, "rw").read,
+    "write": lambda s: ReadWriteLock(s, NS, "rw").write,
+    "semaphore": lambda s: Semaphore(s, NS, "sem", permits=2),
+    "lock-set": lambda s: LockSet(s, NS, {"a": "w", "b": "r"}),
+}
+
+
+class _Session(SessionState):
+    """A session of no client: the kinds only need one to build their statements."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(ClientCore("late-grants"), session_id, 60.0, "", False)
+
+
+def _kind(kind: str, session_id: str) -> Any:
+    """A lock object over a session of no client: nothing is driven, only its statements
+    and its plan are used."""
+    return ENGINE_KINDS[kind](_Session(session_id))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(list(ENGINE_KINDS)),
+    schedule=st.lists(st.sampled_from(["late", "other+", "other-"]), max_size=8),
+    cancel_at=st.integers(min_value=0, max_value=8),
+)
+def test_no_order_of_late_acquires_and_the_cancel_leaves_a_grant(
+    kind: str, schedule: list[str], cancel_at: int
+) -> None:
+    """On the engine, for every kind and every order of the lost acquire's applications
+    ("late", any number of times), one cancel, and another session acquiring and releasing
+    around them: from the cancel on, the session that gave up never holds an entry of the
+    acquire's ticket, and its applications after the cancel all fail."""
+    engine = Engine(started_at=0.0)
+    a, b = _kind(kind, "A"), _kind(kind, "B")
+    plan = a._start_acquire(False, None, 0.0)
+    cancel = a._cancel_statements(plan)
+    mine = [Exists(t, v, plan.ticket, ignore_this_session=False) for t, v in a._variables()]
+    other_ticket: str | None = None
+    events = list(schedule)
+    events.insert(min(cancel_at, len(events)), "cancel")
+    now = 1.0
+    cancelled = False
+    for event in events:
+        now += 1.0
+        if event == "cancel":
+            assert engine.execute(SessionSpec("A"), Transaction(NS, cancel), now=now).status is (
+                Status.TRANSACTION_OK
+            )
+            cancelled = True
+        elif event == "late":
+            late = engine.execute(SessionSpec("A"), Transaction(NS, plan.statements), now=now)
+            if cancelled:  # refused: at the guard, or earlier when the lock is busy
+                assert late.status is Status.TRANSACTION_ERROR, late
+        elif event == "other+" and other_ticket is None:
+            other = b._start_acquire(False, None, 0.0)
+            got = engine.execute(SessionSpec("B"), Transaction(NS, other.statements), now=now)
+            other_ticket = other.ticket if got.status is Status.TRANSACTION_OK else None
+            b._abandon_acquire()
+        elif event == "other-" and other_ticket is not None:
+            release = b._release_statements(other_ticket)
+            engine.execute(SessionSpec("B"), Transaction(NS, release), now=now)
+            other_ticket = None
+        if cancelled:
+            probe = [SelectOperatorValue("held", e) for e in mine]
+            held = engine.execute(SessionSpec("C"), Transaction(NS, probe), now=now)
+            assert [v for _, v in held.data] == [False] * len(mine), (events, event)
