@@ -237,6 +237,10 @@ class AsyncSession(SessionState):
                 if due > self._now():
                     await anyio.sleep_until(due)
                     continue
+                if self._deferred and not self._ended:
+                    # As the sync face: a deferred cancel or release must not wait for a
+                    # call that may never come while pings keep the session alive.
+                    await self._send_deferred()
                 built = self._build_keepalive()
                 if built is None:
                     return

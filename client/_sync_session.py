@@ -262,6 +262,11 @@ class Session(SessionState):
     def _keepalive_once(self, interval: float) -> bool:
         """Ping the session now (a no-statement Execute); False when the thread should end
         (the session ended, the client closed)."""
+        if self._deferred and not self._ended:
+            # A recipe's cancel or release whose outcome is unknown: a session kept alive by
+            # pings alone would otherwise keep what it removes (a lock nobody knows it holds).
+            # Those that fail again stay deferred (resend_deferred).
+            self._send_deferred()
         built = self._build_keepalive()
         if built is None:
             return False

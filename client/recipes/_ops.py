@@ -30,7 +30,7 @@ Rules kept (see ``_base`` for the rest):
   transaction leaves a tombstone of the call's cancel key (which every attempt of the call
   asserts absent) and removes whatever the ticket was granted, so an attempt applied later
   changes nothing (``RecipeCore._cancel_statements``). A cancel that fails or runs out is
-  logged, deferred to the session's next call and noted on the exception (never raised over
+  logged, deferred to the session's next call or ping and noted on the exception (never raised over
   the original).
 """
 
@@ -223,14 +223,14 @@ def acquire(lock: RecipeCore[Any], blocking: bool, timeout: float | None) -> Op[
                 done_cancel = False
                 log.warning("cancelling a failed acquire of %r failed", lock, exc_info=True)
             if not done_cancel:
-                # Its outcome is unknown too: sent again before the session's next call, so
-                # that a grant nobody knows of cannot outlive the failure (a replicated
-                # group's session lives on). The caller learns it from the note.
+                # Its outcome is unknown too: sent again before the session's next call or
+                # keepalive ping, so that a grant nobody knows of cannot outlive the failure
+                # (a replicated group's session lives on). The caller learns it from the note.
                 lock._session.defer_cleanup(lock.namespace, cancel)
                 exc.add_note(
                     f"{lock!r}: the cancel of this acquire did not complete; it is sent again "
-                    "before the session's next call, and until then the lock may be held by "
-                    "this session"
+                    "before the session's next call or keepalive ping, and until then the lock "
+                    "may be held by this session"
                 )
         raise
 
