@@ -34,6 +34,7 @@ from ._calls import (
     Call,
     OnPart,
     Step,
+    keepalive_frame,
     resend_deferred,
     session_end,
     sharded_end,
@@ -237,7 +238,7 @@ class AsyncSession(SessionState):
                 if due > self._now():
                     await anyio.sleep_until(due)
                     continue
-                built = self._build_keepalive()
+                built = await run_async(keepalive_frame(self), lambda c: self.execute(*c))
                 if built is None:
                     return
                 sent_at = self._last_activity = self._now()

@@ -64,6 +64,7 @@ __all__ = [
     "Op",
     "OpenTo",
     "end_session",
+    "keepalive_frame",
     "listing",
     "open_member",
     "ping",
@@ -355,6 +356,20 @@ def resend_deferred(s: Any) -> Generator[tuple[str, list[Statement]], Any, None]
         except LockClientError:
             s._deferred[:0] = pending[i:]
             return
+
+
+def keepalive_frame(
+    s: Any,
+) -> Generator[tuple[str, list[Statement]], Any, tuple[int, bytes] | None]:
+    """Before a keepalive ping of a session (``s``: either face's): its deferred cleanups
+    first, yielded as ``resend_deferred`` does (a recipe's cancel whose outcome was unknown:
+    a session kept alive by pings alone would otherwise keep what it removes, a lock nobody
+    knows it holds); then the ping's ``(request id, frame)``, None when it should not ping
+    (the session ended, or never made a call)."""
+    if s._deferred and not s._ended:
+        yield from resend_deferred(s)
+    built: tuple[int, bytes] | None = s._build_keepalive()
+    return built
 
 
 # --- a session over several servers ------------------------------------------------------------

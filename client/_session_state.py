@@ -12,8 +12,8 @@ Theory of operation:
   PROTOCOL.md §8 says (``sent_at + (valid_until - uptime)``, early by construction).
 - It registers with the client's :class:`~client._core.ClientCore`, which hands it the
   LockLost events of its id (and the ones a reconnect makes up: ``ClientCore.reconnected``).
-- Cleanups whose outcome is unknown (a recipe's failed cleanup or release) are kept and sent
-  again before the session's next call (``defer_cleanup``).
+- Cleanups whose outcome is unknown (a recipe's failed cancel or release) are kept and sent
+  again before the session's next call or keepalive ping (``defer_cleanup``).
 """
 
 from __future__ import annotations
@@ -95,9 +95,9 @@ class SessionState:
         core.register_session(self)
 
     def defer_cleanup(self, namespace: str, statements: list[Statement]) -> None:
-        """Send ``statements`` (idempotent ones: a recipe's cleanup or release) again before
-        this session's next call: their outcome is unknown, and a session that lives on (a
-        replicated group) would otherwise keep what they remove. Kept at most
+        """Send ``statements`` (idempotent ones: a recipe's cancel or release) again before
+        this session's next call or keepalive ping: their outcome is unknown, and a session
+        that lives on (a replicated group) would otherwise keep what they remove. Kept at most
         ``MAX_DEFERRED``; the oldest go first."""
         self._deferred.append((namespace, statements))
         del self._deferred[:-MAX_DEFERRED]

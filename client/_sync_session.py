@@ -35,6 +35,7 @@ from protocol import Statement, Welcome
 from ._calls import (
     OnPart,
     Step,
+    keepalive_frame,
     resend_deferred,
     run_sync,
     session_end,
@@ -262,7 +263,7 @@ class Session(SessionState):
     def _keepalive_once(self, interval: float) -> bool:
         """Ping the session now (a no-statement Execute); False when the thread should end
         (the session ended, the client closed)."""
-        built = self._build_keepalive()
+        built = run_sync(keepalive_frame(self), lambda call: self.execute(*call))
         if built is None:
             return False
         client = self._client

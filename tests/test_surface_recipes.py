@@ -116,6 +116,7 @@ PUBLIC = {
     "FAILED": CONSTANT,
     "IN_PROGRESS": CONSTANT,
     "MUTEX_TABLE": CONSTANT,
+    "CANCELLED_TABLE": CONSTANT,
     "READ_TABLE": CONSTANT,
     "WRITE_TABLE": CONSTANT,
     "PERMITS_TABLES": CONSTANT,
@@ -212,6 +213,7 @@ def test_tables_and_task_states() -> None:
     """The recipes' table names and task states: they are data on the server that every
     client of a lock (in any language) must spell the same way."""
     assert recipes.MUTEX_TABLE == "recipes.mutex"
+    assert recipes.CANCELLED_TABLE == "recipes.cancelled"
     assert recipes.READ_TABLE == "recipes.rw.read"
     assert recipes.WRITE_TABLE == "recipes.rw.write"
     assert recipes.PERMITS_TABLES == {"r": "recipes.permits.read", "w": "recipes.permits.write"}

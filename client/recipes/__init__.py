@@ -23,6 +23,7 @@ from ._async_coord import AsyncReentrantMutex as AsyncReentrantMutex
 from ._async_coord import AsyncWatch as AsyncWatch
 from ._barrier import BARRIER_OUT_TABLE as BARRIER_OUT_TABLE
 from ._barrier import BARRIER_TABLE as BARRIER_TABLE
+from ._base import CANCELLED_TABLE as CANCELLED_TABLE
 from ._base import LockLostError as LockLostError
 from ._base import NotAcquired as NotAcquired
 from ._base import UnknownStamp as UnknownStamp
@@ -120,6 +121,7 @@ __all__ = [
     "FAILED",
     "IN_PROGRESS",
     "MUTEX_TABLE",
+    "CANCELLED_TABLE",
     "READ_TABLE",
     "WRITE_TABLE",
     "PERMITS_TABLES",

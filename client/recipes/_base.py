@@ -32,6 +32,15 @@ Rules kept:
   entry's ``expires_at``) is a conservative local deadline; no wall clocks are compared.
 - Blocking acquires never poll: each attempt asks the server to park the transaction
   (``wait``) up to its ``max_wait``; only an attempt that ran out of server wait is re-sent.
+- An acquire whose outcome is unknown is **cancelled**, not merely cleaned up: every acquire
+  call has a fresh cancel key, its transaction ends with ``Assert(Not(Exists(
+  CANCELLED_TABLE, key)))``, and the cancel is one transaction that leaves a tombstone of the
+  key (an entry of the session, so it ends with the session) and removes the ticket's
+  entries. Wherever the two are ordered (one server's serial execution, a replicated group's
+  log), either the acquire came first and the cancel removes its grant, or the cancel came
+  first and the acquire, applied late (a reply lost, a replica's proposal still pending, a
+  request unread on a dead connection), aborts at its last statement. No grant can outlive
+  a cancel in a session that lives on (issue 31, finding 3 of the fault lab).
 """
 
 from __future__ import annotations
@@ -49,18 +58,22 @@ from client._result import Result
 from client._session_state import SessionState
 from protocol import (
     Abort,
+    AnywayContinueAfter,
     Assert,
     Cause,
     DeleteVar,
     Exists,
     HolderInfo,
     LockLost,
+    Not,
     SelectOperatorValue,
+    SetVar,
     Statement,
 )
 
 from ._lost import LostTracking
 from ._values import (
+    CANCELLED_TABLE,
     CLEANUP_TIMEOUT,
     DEFAULT_MAX_WAIT,
     MAX_LATE_GRANTS,
@@ -77,6 +90,7 @@ from ._values import (
 )
 
 __all__ = [
+    "CANCELLED_TABLE",
     "CLEANUP_TIMEOUT",
     "DEFAULT_MAX_WAIT",
     "MAX_LATE_GRANTS",
@@ -290,7 +304,9 @@ class RecipeCore(LostTracking[S]):
             raise LockLostError(self, lost_info)
         self._listen()
         deadline = None if timeout is None else now + timeout
-        return AcquirePlan(ticket, self._acquire_statements(ticket), blocking, deadline)
+        key = uuid.uuid4().hex
+        statements = [*self._acquire_statements(ticket), _not_cancelled(key)]
+        return AcquirePlan(ticket, statements, blocking, deadline, key)
 
     def _late_grant(self, plan: AcquirePlan, result: Result, now: float) -> bool:
         """True when ``result`` is a grant that arrived after every guarantee of its session
@@ -343,6 +359,7 @@ class RecipeCore(LostTracking[S]):
             plan.blocking
             and result.cause is Cause.STATEMENT
             and (plan.deadline is None or now < plan.deadline)
+            and not plan.cancelled(result)
         ):
             return None
         if result.holders:
@@ -380,9 +397,20 @@ class RecipeCore(LostTracking[S]):
         self._unlisten()
 
     def _cleanup_statements(self, ticket: str) -> list[Statement]:
-        """After an acquire whose outcome is unknown (cancelled, timed out, connection lost):
-        remove whatever it may have been granted. Harmless when nothing was."""
+        """Remove whatever an acquire with ``ticket`` may have been granted; harmless when
+        nothing was. Must never abort: it runs in the cancel's transaction, whose tombstone
+        an abort would roll back."""
         return self._release_statements(ticket)
+
+    def _cancel_statements(self, plan: AcquirePlan) -> list[Statement]:
+        """After an acquire whose outcome is unknown (cancelled, timed out, connection lost):
+        the tombstone of the call's cancel key, then the cleanup of its ticket, in one
+        transaction. Sending it again is harmless (the tombstone is set once, the cleanup
+        finds nothing)."""
+        # No description: a lock set's name may be longer than the server's max_text, and a
+        # cancel refused for its size would leave the late grant possible.
+        tombstone = SetVar(CANCELLED_TABLE, plan.key, plan.ticket)
+        return [AnywayContinueAfter(tombstone), *self._cleanup_statements(plan.ticket)]
 
     def _probe_statements(self) -> list[Statement]:
         """``locked()``: the acquire statements followed by an Abort, so nothing is kept. It
@@ -483,6 +511,12 @@ class RecipeCore(LostTracking[S]):
     def _signal_lost(self) -> None:
         """The grant is lost: set the face's event, cancel what it protects."""
         raise NotImplementedError
+
+
+def _not_cancelled(key: str) -> Statement:
+    """The last statement of every acquire: no tombstone of its cancel key exists (in any
+    session: the key is unique, and only the cancelling session writes it)."""
+    return Assert(Not(Exists(CANCELLED_TABLE, key, ignore_this_session=False)))
 
 
 def _deadline(result: Result, sent_at: float, until: float | None) -> float | None:

@@ -26,8 +26,12 @@ Rules kept (see ``_base`` for the rest):
   timeout; only an attempt that ran out of server wait is sent again.
 - An acquire that ends with an exception whose outcome is unknown (a timeout, a
   cancellation, a lost connection; not a ServerError or ClientClosed, which say nothing was
-  granted) releases whatever it may have been granted, in a cleanup step, before the
-  exception propagates; a failing cleanup is logged, never raised over the original.
+  granted) is **cancelled** in a cleanup step before the exception propagates: one
+  transaction leaves a tombstone of the call's cancel key (which every attempt of the call
+  asserts absent) and removes whatever the ticket was granted, so an attempt applied later
+  changes nothing (``RecipeCore._cancel_statements``). A cancel that fails or runs out is
+  logged, deferred to the session's next call or ping and noted on the exception (never raised over
+  the original).
 """
 
 from __future__ import annotations
@@ -199,7 +203,10 @@ def acquire(lock: RecipeCore[Any], blocking: bool, timeout: float | None) -> Op[
             )
             now = yield NOW
             if lock._late_grant(plan, result, now):
-                yield RunTx(lock._cleanup_statements(plan.ticket), cleanup=True)
+                # A grant we know of (its reply came): released as such, and the same call
+                # asks again; its key stays usable.
+                if (yield RunTx(lock._cleanup_statements(plan.ticket), cleanup=True)) is None:
+                    raise ClientTimeout(f"removing a late grant of {lock!r} ran out of time")
                 continue
             done = lock._attempt_done(plan, result, sent_at, now)
             if done is not None:
@@ -209,18 +216,21 @@ def acquire(lock: RecipeCore[Any], blocking: bool, timeout: float | None) -> Op[
     except BaseException as exc:
         lock._abandon_acquire()
         if not isinstance(exc, (ServerError, ClientClosed)):
-            cleanup = lock._cleanup_statements(plan.ticket)
+            cancel = lock._cancel_statements(plan)
             try:
-                yield RunTx(cleanup, cleanup=True)
+                done_cancel = (yield RunTx(cancel, cleanup=True)) is not None
             except LockClientError:
-                # Sent again before the session's next call: a grant nobody knows of must
-                # not outlive the failure (a replicated group's session lives on).
-                lock._session.defer_cleanup(lock.namespace, cleanup)
-                log.warning(
-                    "cleanup after a failed acquire of %r failed; it is sent again before "
-                    "the session's next call",
-                    lock,
-                    exc_info=True,
+                done_cancel = False
+                log.warning("cancelling a failed acquire of %r failed", lock, exc_info=True)
+            if not done_cancel:
+                # Its outcome is unknown too: sent again before the session's next call or
+                # keepalive ping, so that a grant nobody knows of cannot outlive the failure
+                # (a replicated group's session lives on). The caller learns it from the note.
+                lock._session.defer_cleanup(lock.namespace, cancel)
+                exc.add_note(
+                    f"{lock!r}: the cancel of this acquire did not complete; it is sent again "
+                    "before the session's next call or keepalive ping, and until then the lock "
+                    "may be held by this session"
                 )
         raise
 

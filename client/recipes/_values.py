@@ -16,6 +16,7 @@ from client._session_state import SessionState
 from protocol import LockLost, Statement
 
 __all__ = [
+    "CANCELLED_TABLE",
     "CLEANUP_TIMEOUT",
     "DEFAULT_MAX_WAIT",
     "MAX_LATE_GRANTS",
@@ -35,6 +36,9 @@ __all__ = [
 DEFAULT_MAX_WAIT = 300.0
 #: Bound on the shielded cleanup after a cancelled or failed acquire, and on releases at exit.
 CLEANUP_TIMEOUT = 10.0
+#: The table of cancelled acquires' tombstones: variable = the acquire's cancel key, owned by
+#: the session that gave up, so they end with it (docs/recipes.md, "Unknown outcomes").
+CANCELLED_TABLE = "recipes.cancelled"
 #: Grants in one acquire that may arrive after their session's guarantee ran out (each is
 #: removed and asked again) before the acquire fails with ClientTimeout.
 MAX_LATE_GRANTS = 3
@@ -99,18 +103,33 @@ def seconds(what: str, value: object, *, positive: bool = False) -> float:
 
 
 class AcquirePlan:
-    """One ``acquire`` call: its statements and how long it may keep asking the server."""
+    """One ``acquire`` call: its statements and how long it may keep asking the server.
 
-    __slots__ = ("blocking", "deadline", "late", "statements", "ticket")
+    ``key`` is the call's cancel key (a fresh uuid4 hex, unlike the ticket, which a caller
+    may fix): the last of ``statements`` asserts that no tombstone of it exists, so an
+    attempt that is applied after the call was cancelled changes nothing."""
+
+    __slots__ = ("blocking", "deadline", "key", "late", "statements", "ticket")
 
     def __init__(
-        self, ticket: str, statements: list[Statement], blocking: bool, deadline: float | None
+        self,
+        ticket: str,
+        statements: list[Statement],
+        blocking: bool,
+        deadline: float | None,
+        key: str,
     ) -> None:
         self.ticket = ticket
         self.statements = statements
+        self.key = key
         self.blocking = blocking
         self.deadline = deadline  # local time; None: until granted
         self.late = 0  # grants that arrived after their own guarantee had run out
+
+    def cancelled(self, result: Result) -> bool:
+        """True when ``result`` failed at the last statement: this call's tombstone exists
+        (its cancel was applied first); asking again can never succeed."""
+        return result.failed_statement == f"{len(self.statements) - 1}:/AssertOp/"
 
     def wait(self, now: float, max_wait: float) -> float | None:
         """The ``wait`` of the next attempt (None: answer at once)."""

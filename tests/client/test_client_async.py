@@ -369,6 +369,24 @@ async def test_keepalive_keeps_an_idle_session_alive(
             assert kept.keepalive_error is None
 
 
+async def test_a_keepalive_ping_sends_the_deferred_cleanups_first(
+    server: RunningServer, clock: trio.testing.MockClock
+) -> None:
+    """A cleanup whose outcome was unknown (``defer_cleanup``: a recipe's cancel) is sent by
+    the session's next keepalive ping when no call comes: a session kept alive by pings
+    alone does not keep what it removes. Trio only: it jumps trio's MockClock."""
+    with anyio.fail_after(20):
+        async with open_lock_client(port=server.port) as c, c.session(max_age=3.0) as s:
+            await s.execute(NS, acquire("D", "k"))
+            s.defer_cleanup(NS, [AnywayContinueAfter(DeleteVar("D", "k"))])
+            assert await holders(c, "D", "k") == [s.id]
+            for _ in range(10):  # past one keepalive interval (1 s)
+                clock.jump(0.25)
+                await anyio.sleep(0.01)
+            assert await holders(c, "D", "k") == []
+            assert s._deferred == [] and s.keepalive_error is None
+
+
 @on_both_loops
 async def test_reconnect_resumes_the_session(server: RunningServer) -> None:
     """When the connection dies under the client, the next call reconnects transparently and

@@ -236,6 +236,30 @@ def test_keepalive_keeps_an_idle_session_alive(threaded_server: Server) -> None:
         assert kept.keepalive_error is None
 
 
+def test_a_keepalive_ping_sends_the_deferred_cleanups_first(threaded_server: Server) -> None:
+    """A cleanup whose outcome was unknown (``defer_cleanup``: a recipe's cancel) is sent by
+    the keepalive thread when no call comes (bounded wait for its timer, every 0.2 s)."""
+
+    with (
+        LockClient(port=threaded_server.port, timeout=5) as c,
+        c.session(max_age=0.6) as s,
+        c.session(keepalive=False) as probe,
+    ):
+
+        def held() -> bool:
+            r = probe.execute(NS, [SelectOperatorValue("h", Exists("D", "k"))])
+            return r["h"] is True
+
+        s.execute(NS, acquire("D", "k"))
+        s.defer_cleanup(NS, [AnywayContinueAfter(DeleteVar("D", "k"))])
+        assert held()
+        deadline = time.monotonic() + 5
+        while held():
+            assert time.monotonic() < deadline, "the keepalive did not send the cleanup"
+            time.sleep(0.02)
+        assert s._deferred == [] and s.keepalive_error is None
+
+
 def test_reconnect_resumes_the_session(threaded_server: Server) -> None:
     """The connection dies under the client; the next call reconnects, the session still
     holds its entry."""

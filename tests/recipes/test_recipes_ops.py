@@ -13,8 +13,17 @@ from client import ClientTimeout, ErrorCode, Mutex, Result, ServerError
 from client._core import ClientCore
 from client._session_state import SessionState
 from client.recipes import _ops
-from client.recipes._base import MAX_LATE_GRANTS, LockLostError
-from protocol import Cause, Status, TransactionResult
+from client.recipes._base import CANCELLED_TABLE, MAX_LATE_GRANTS, LockLostError
+from protocol import (
+    AnywayContinueAfter,
+    Assert,
+    Cause,
+    Exists,
+    Not,
+    SetVar,
+    Status,
+    TransactionResult,
+)
 
 
 class _Welcome:
@@ -119,21 +128,93 @@ def test_a_try_lock_asks_once_without_wait_and_a_refusal_is_a_result() -> None:
     assert lock.last_result is not None and lock.last_result.cause is Cause.MINIMUM_REQUIREMENTS
 
 
-def test_an_unknown_outcome_is_cleaned_up_before_the_error_propagates() -> None:
-    """An attempt that failed with an unknown outcome (a timeout) yields one cleanup step
-    that deletes whatever the attempt's ticket may hold, then re-raises the error."""
+def _key_of(attempt: _ops.RunTx) -> str:
+    """The cancel key an acquire attempt asserts has no tombstone (its last statement)."""
+    guard = attempt.statements[-1]
+    assert isinstance(guard, Assert) and isinstance(guard.condition, Not)
+    key = guard.condition.operand.var  # type: ignore[attr-defined]
+    assert isinstance(key, str) and len(key) == 32
+    assert guard == Assert(Not(Exists(CANCELLED_TABLE, key, ignore_this_session=False)))
+    return key
+
+
+def test_an_unknown_outcome_is_cancelled_before_the_error_propagates() -> None:
+    """An attempt that failed with an unknown outcome (a timeout) yields one cancel step: the
+    tombstone of the attempt's cancel key (which the attempt asserts absent), then the
+    deletion of whatever its ticket may hold, in one transaction; the error then propagates."""
     lock = mutex()
     op = _ops.acquire(lock, True, None)
     attempt = first_execute(op, 0.0)
     timeout = ClientTimeout("no reply")
-    cleanup = op.throw(timeout)
-    assert isinstance(cleanup, _ops.RunTx) and cleanup.cleanup and cleanup.wait is None
+    cancel = op.throw(timeout)
+    assert isinstance(cancel, _ops.RunTx) and cancel.cleanup and cancel.wait is None
     ticket = attempt.statements[0].condition.value  # type: ignore[attr-defined]
-    assert [s.operator.value for s in cleanup.statements] == [ticket]  # type: ignore[attr-defined]
+    key = _key_of(attempt)
+    tombstone, *cleanup = cancel.statements
+    assert tombstone == AnywayContinueAfter(SetVar(CANCELLED_TABLE, key, ticket))
+    assert [s.operator.value for s in cleanup] == [ticket]  # type: ignore[attr-defined]
     with pytest.raises(ClientTimeout) as raised:
-        op.send(None)  # the bounded cleanup ran out: the error still propagates
+        op.send(released(False))
+    assert raised.value is timeout and not getattr(timeout, "__notes__", None)
+    assert not lock.held and not lock.session._deferred
+
+
+def test_a_cancel_that_runs_out_is_deferred_and_noted_on_the_error() -> None:
+    """A cancel whose own outcome is unknown (the async face's bounded cleanup ran out: None
+    comes back) is kept to be sent again before the session's next call, and the error the
+    caller gets says the lock may be held until then."""
+    lock = mutex()
+    op = _ops.acquire(lock, True, None)
+    first_execute(op, 0.0)
+    timeout = ClientTimeout("no reply")
+    cancel = op.throw(timeout)
+    assert isinstance(cancel, _ops.RunTx)
+    with pytest.raises(ClientTimeout) as raised:
+        op.send(None)
     assert raised.value is timeout
-    assert not lock.held
+    assert lock.session._deferred == [("ns", cancel.statements)]
+    assert "may be held by this session" in " ".join(timeout.__notes__)
+
+
+def test_every_acquire_call_has_its_own_cancel_key_and_keeps_it_across_attempts() -> None:
+    """The attempts of one blocking acquire share one cancel key (a later attempt is the same
+    call); the next call draws a new one, even with a caller-chosen ticket, so the tombstone
+    of a cancelled call never refuses a later call."""
+    lock = Mutex(FakeSession(), "ns", "m", ticket="mine")  # type: ignore[arg-type]
+    op = _ops.acquire(lock, True, None)
+    first = first_execute(op, 0.0)
+    op.send(result(False))
+    assert op.send(1.0) is _ops.NOW
+    second = op.send(1.0)
+    assert isinstance(second, _ops.RunTx) and second.statements == first.statements
+    op.send(result(True))
+    with pytest.raises(StopIteration):
+        op.send(2.0)
+    release = _ops.release(lock)
+    assert isinstance(next(release), _ops.RunTx)
+    with pytest.raises(StopIteration):
+        release.send(released(True))
+    later = first_execute(_ops.acquire(lock, True, None), 3.0)
+    assert _key_of(later) != _key_of(first)
+    assert later.statements[:-1] == first.statements[:-1]  # same ticket, same statements
+
+
+def test_an_attempt_refused_by_its_own_tombstone_is_not_sent_again() -> None:
+    """A blocking attempt that fails at its last statement (its call's tombstone exists: a
+    cancel was applied first) gives up at once instead of asking again until the deadline."""
+    lock = mutex()
+    op = _ops.acquire(lock, True, None)
+    attempt = first_execute(op, 0.0)
+    refused = Result(
+        TransactionResult(
+            Status.TRANSACTION_ERROR, Cause.STATEMENT, "tx", "host", 10.0, 1.0,
+            f"{len(attempt.statements) - 1}:/AssertOp/", (), 0, None,
+        )
+    )  # fmt: skip
+    op.send(refused)
+    with pytest.raises(StopIteration) as done:
+        op.send(1.0)
+    assert done.value.value is False and not lock.held
 
 
 def test_a_server_error_needs_no_cleanup(caplog: pytest.LogCaptureFixture) -> None:
@@ -152,7 +233,7 @@ def test_a_server_error_needs_no_cleanup(caplog: pytest.LogCaptureFixture) -> No
     op.throw(ClientTimeout("first"))
     with caplog.at_level(logging.WARNING, "client.recipes"), pytest.raises(ClientTimeout):
         op.throw(ClientTimeout("cleanup"))
-    assert "cleanup after a failed acquire" in caplog.text
+    assert "cancelling a failed acquire" in caplog.text
 
 
 def test_leaving_a_block_releases_and_reports_a_loss_unless_the_block_failed(
