@@ -47,8 +47,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = [sys.executable, str(ROOT / "scripts" / "mypyc_build.py")]
 MANIFEST = "lockserver_compiled.sources.json"
-#: tests/conftest.py deselects the ``build_independent`` tests when this is 1.
-SKIP_ONCE = "LOCKSERVER_TEST_SKIP_BUILD_INDEPENDENT"
+#: tests/conftest.py deselects the tests the other half runs when this names a half.
+HALF = "LOCKSERVER_TEST_HALF"
 #: tests/install/conftest.py takes the compiled wheel from here instead of building it.
 WHEEL = "LOCKSERVER_TEST_COMPILED_WHEEL"
 
@@ -131,7 +131,7 @@ def main(args: list[str]) -> int:
         print("=== building the compiled wheel in the background ===", flush=True)
         job = start_wheel_build(Path(tmp))
         try:
-            pure = pytest("pure", args, {SKIP_ONCE: "1"})
+            pure = pytest("pure", args, {HALF: "pure"})
         except BaseException:
             job.kill()
             raise
@@ -141,7 +141,7 @@ def main(args: list[str]) -> int:
             return 1
         try:
             print(f"=== {install_in_place(wheel)} compiled files in place ===", flush=True)
-            compiled = pytest("compiled", args, {WHEEL: str(wheel)})
+            compiled = pytest("compiled", args, {HALF: "compiled", WHEEL: str(wheel)})
         finally:
             subprocess.run([*BUILD, "--clean"], cwd=ROOT, check=True)
     return pure or compiled
