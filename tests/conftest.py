@@ -67,19 +67,32 @@ ONE_BUILD_FOLDERS = {
 DESELECTED_IN = {"pure": "build_independent", "compiled": "one_build"}
 
 
-#: Folders of tests/ whose tests share state of the host beyond ports and temporary files
-#: (network namespaces, nftables tables, the addresses inside them): under pytest-xdist
-#: (scripts/test.py) one worker runs all of a folder's tests, one after the other.
-HOST_STATE_FOLDERS = {"lab": "host-network"}
+#: Test files that share state of the host beyond ports and temporary files (network
+#: namespaces, nftables tables, the addresses inside them, checked before and after): under
+#: pytest-xdist (scripts/test.py) one worker runs all of a group's tests, one after the other.
+#: (The lab's runs, tests/lab/test_lab_run.py, each build a lab of their own, under a fresh run
+#: id, as labs of other processes on the machine do: they need no group; the rest of tests/lab
+#: computes on histories.)
+HOST_STATE_FILES = {"lab/test_lab_netns.py": "host-network"}
+
+#: Test files whose tests are long and mostly wait on real time (the lab's runs: 45-67 s each,
+#: ~0.6 of a CPU): moved to the front of the collection, so that the workers start them first
+#: and they overlap the CPU-bound rest (and the compiled wheel's build) instead of trailing it.
+START_FIRST = ("lab/test_lab_run.py",)
+
+
+def _relative(item: pytest.Item) -> str:
+    """The item's file, relative to tests/, with ``/`` separators."""
+    return Path(str(item.path)).relative_to(Path(__file__).parent).as_posix()
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Group the tests of ``HOST_STATE_FOLDERS`` on one xdist worker; mark the tests of
+    """Group the tests of ``HOST_STATE_FILES`` on one xdist worker; mark the tests of
     ``ONE_BUILD_FOLDERS`` ``one_build`` unless they are ``both_builds``."""
-    parts = Path(str(item.path)).relative_to(Path(__file__).parent).parts
-    if len(parts) > 1 and parts[0] in HOST_STATE_FOLDERS:
-        item.add_marker(pytest.mark.xdist_group(HOST_STATE_FOLDERS[parts[0]]))
-    folder = parts[0] if len(parts) > 1 else ""
+    relative = _relative(item)
+    if relative in HOST_STATE_FILES:
+        item.add_marker(pytest.mark.xdist_group(HOST_STATE_FILES[relative]))
+    folder = relative.split("/")[0] if "/" in relative else ""
     if folder in ONE_BUILD_FOLDERS and item.get_closest_marker("both_builds") is None:
         item.add_marker(pytest.mark.one_build(ONE_BUILD_FOLDERS[folder]))
 
@@ -97,8 +110,10 @@ def _half(item: pytest.Item) -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``LOCKSERVER_TEST_HALF`` set to ``pure`` or ``compiled``, deselect the tests the
-    other half runs (``_half``)."""
+    """``START_FIRST`` tests first (a stable sort: the rest keep their order); with
+    ``LOCKSERVER_TEST_HALF`` set to ``pure`` or ``compiled``, deselect the tests the other half
+    runs (``_half``)."""
+    items.sort(key=lambda item: _relative(item) not in START_FIRST)
     half = os.environ.get(HALF, "")
     if half not in DESELECTED_IN:
         return
