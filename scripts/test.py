@@ -6,31 +6,45 @@ and 32).
 1. removes any compiled build from the checkout; when this machine can compile (a C compiler,
    the Python headers), starts building the compiled wheel in the background, at a lower
    priority, as ``pip install .`` builds it (hatch_build.py, the wheel's build hook);
-2. runs ``python -m pytest ARGS`` with ``LOCKSERVER_TEST_BUILD=pure``, every test but those
-   marked ``build_independent`` (they read only the sources or build their own wheels, so
-   they cannot tell the builds apart) or ``one_build`` (long system tests whose subject is
-   the system around the server: etcd, the network, processes; the rest of the suite pins
-   both builds' behaviour equal): those run once, in step 3, in the build pip installs;
+2. runs ``python -m pytest ARGS`` with ``LOCKSERVER_TEST_BUILD=pure`` and
+   ``LOCKSERVER_TEST_HALF=pure``: every test but those marked ``build_independent``;
 3. puts the wheel's compiled files into the checkout (the in-place compiled build:
-   the same files ``scripts/mypyc_build.py`` writes) and runs the whole suite with
-   ``LOCKSERVER_TEST_BUILD=compiled``, handing the wheel to the install tests
-   (``LOCKSERVER_TEST_COMPILED_WHEEL``) so that they do not compile it a second time;
+   the same files ``scripts/mypyc_build.py`` writes) and runs ``LOCKSERVER_TEST_BUILD=compiled``
+   and ``LOCKSERVER_TEST_HALF=compiled``: every test but those marked ``one_build``, handing the
+   wheel to the install tests (``LOCKSERVER_TEST_COMPILED_WHEEL``) so that they do not compile
+   it a second time;
 4. removes the compiled build again: the checkout is left pure, as it is by default.
 
-Without a C compiler or the Python headers the compiled half is skipped with a message saying
-what is missing, and the ``build_independent`` and ``one_build`` tests run in the pure half.
-The exit status is non-zero when either run fails or the build fails.
+Which half runs a test (tests/conftest.py applies the rule; tests/test_test_command.py pins it):
+
+- **both halves**: the tests that can tell the builds apart: those whose subject is code the
+  compiled build compiles (``lockserver._build.COMPILED_MODULES``: the protocol, the engine and
+  its door, the shell's request path) or the server answering through it on the wire --
+  tests/protocol, engine, core, server, fuzz, security, trust, faults, the build and
+  public-surface tests, the quick start -- and, elsewhere, the tests marked ``both_builds``
+  (they compare the builds or report which one runs).
+- **the pure half only** (``one_build``): the folders of ``ONE_BUILD_FOLDERS`` in
+  tests/conftest.py, whose subject is never compiled: the client and its recipes, lockctl,
+  the HTTP face, replication over etcd, tooz, the fault lab, the load harness. They reach the
+  compiled modules only through the protocol and the server, whose behaviour the both-halves
+  tests pin equal in the two builds. They run pure, the reference, while the wheel builds.
+- **the compiled half only** (``build_independent``): the tests that read only the sources
+  (ruff, mypy, the layering, this script's split) or build and install their own wheels
+  (tests/install, which take this run's compiled wheel).
+
+No test is dropped: each runs in at least one half (a plain ``pytest`` run, without
+``LOCKSERVER_TEST_HALF``, runs all of them). Without a C compiler or the Python headers the
+compiled half is skipped with a message saying what is missing, and the pure half runs every
+test. The exit status is non-zero when either run fails or the build fails.
 
 Each run spreads its tests over parallel workers (pytest-xdist, ``--dist loadgroup``: tests
-that share an expensive fixture name an ``xdist_group``), one per CPU unless ``-n`` is given
-(``-n 0`` or ``-p no:xdist``: one process; ``LOCKSERVER_TEST_WORKERS`` sets the default).
+that share an expensive fixture or the host's state name an ``xdist_group``), one per CPU and
+one more unless ``-n`` is given (``-n 0`` or ``-p no:xdist``: one process;
+``LOCKSERVER_TEST_WORKERS`` sets the default). The extra worker is for the tests that wait on
+real time rather than compute (the lab's runs, ~0.6 of a CPU for up to 67 s each; etcd
+clusters; replicas' clocks), which tests/conftest.py starts first.
 
-Measured on the project's 2-core machine, the whole README command in a fresh clone (venv and
-install included), in one quiet sitting (2026-11-28): before (one process per half, the
-compiled modules built between the halves) 612 s: install 24, pure 265, build 51, compiled
-271; after, 2 workers, 354 s: install 32, pure 156 (the wheel built meanwhile), compiled 165.
-Three workers, in a second sitting, gave the same (357 s: the background build then waited
-23 s for the CPU).
+MEASURED
 """
 
 from __future__ import annotations
@@ -54,7 +68,7 @@ WHEEL = "LOCKSERVER_TEST_COMPILED_WHEEL"
 
 
 def _parallel(args: list[str]) -> list[str]:
-    """The workers (``-n``: ``LOCKSERVER_TEST_WORKERS``, else one per CPU) and
+    """The workers (``-n``: ``LOCKSERVER_TEST_WORKERS``, else one per CPU and one more) and
     ``--dist loadgroup``, each unless the caller chose it or disabled the plugin."""
     if "no:xdist" in args:
         return []
@@ -62,7 +76,7 @@ def _parallel(args: list[str]) -> list[str]:
     if not any(
         a in ("-n", "--numprocesses") or a.startswith(("-n", "--numprocesses=")) for a in args
     ):
-        workers = os.environ.get("LOCKSERVER_TEST_WORKERS") or str(max(1, os.cpu_count() or 1))
+        workers = os.environ.get("LOCKSERVER_TEST_WORKERS") or str((os.cpu_count() or 1) + 1)
         added += ["-n", workers]
     if not any(a == "--dist" or a.startswith("--dist=") for a in args):
         added += ["--dist", "loadgroup"]

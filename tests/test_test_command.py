@@ -32,11 +32,11 @@ def _script() -> ModuleType:
 
 
 def test_workers_and_grouping_unless_the_caller_chose(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One worker per CPU (or ``LOCKSERVER_TEST_WORKERS``) and ``--dist loadgroup``; a
-    caller's ``-n`` or ``--dist`` wins, ``-p no:xdist`` turns both off."""
+    """One worker per CPU and one more (or ``LOCKSERVER_TEST_WORKERS``) and ``--dist
+    loadgroup``; a caller's ``-n`` or ``--dist`` wins, ``-p no:xdist`` turns both off."""
     parallel = _script()._parallel
     monkeypatch.delenv("LOCKSERVER_TEST_WORKERS", raising=False)
-    cpus = str(max(1, os.cpu_count() or 1))
+    cpus = str((os.cpu_count() or 1) + 1)
     assert parallel([]) == ["-n", cpus, "--dist", "loadgroup"]
     monkeypatch.setenv("LOCKSERVER_TEST_WORKERS", "3")
     assert parallel(["-x"]) == ["-n", "3", "--dist", "loadgroup"]
