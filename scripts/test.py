@@ -6,31 +6,60 @@ and 32).
 1. removes any compiled build from the checkout; when this machine can compile (a C compiler,
    the Python headers), starts building the compiled wheel in the background, at a lower
    priority, as ``pip install .`` builds it (hatch_build.py, the wheel's build hook);
-2. runs ``python -m pytest ARGS`` with ``LOCKSERVER_TEST_BUILD=pure``, every test but those
-   marked ``build_independent`` (they read only the sources or build their own wheels, so
-   they cannot tell the builds apart) or ``one_build`` (long system tests whose subject is
-   the system around the server: etcd, the network, processes; the rest of the suite pins
-   both builds' behaviour equal): those run once, in step 3, in the build pip installs;
+2. runs ``python -m pytest ARGS`` with ``LOCKSERVER_TEST_BUILD=pure`` and
+   ``LOCKSERVER_TEST_HALF=pure``: every test but those marked ``build_independent``;
 3. puts the wheel's compiled files into the checkout (the in-place compiled build:
-   the same files ``scripts/mypyc_build.py`` writes) and runs the whole suite with
-   ``LOCKSERVER_TEST_BUILD=compiled``, handing the wheel to the install tests
-   (``LOCKSERVER_TEST_COMPILED_WHEEL``) so that they do not compile it a second time;
+   the same files ``scripts/mypyc_build.py`` writes) and runs ``LOCKSERVER_TEST_BUILD=compiled``
+   and ``LOCKSERVER_TEST_HALF=compiled``: every test but those marked ``one_build``, handing the
+   wheel to the install tests (``LOCKSERVER_TEST_COMPILED_WHEEL``) so that they do not compile
+   it a second time;
 4. removes the compiled build again: the checkout is left pure, as it is by default.
 
-Without a C compiler or the Python headers the compiled half is skipped with a message saying
-what is missing, and the ``build_independent`` and ``one_build`` tests run in the pure half.
-The exit status is non-zero when either run fails or the build fails.
+Which half runs a test (tests/conftest.py applies the rule; tests/test_test_command.py pins it):
+
+- **both halves**: the tests that can tell the builds apart: those whose subject is code the
+  compiled build compiles (``lockserver._build.COMPILED_MODULES``: the protocol, the engine and
+  its door, the shell's request path) or the server answering through it on the wire --
+  tests/protocol, engine, core, server, fuzz, security, trust, faults, the build and
+  public-surface tests, the quick start -- and, elsewhere, the tests marked ``both_builds``
+  (they compare the builds or report which one runs).
+- **the pure half only** (``one_build``): the folders of ``ONE_BUILD_FOLDERS`` in
+  tests/conftest.py, whose subject is never compiled: the client and its recipes, lockctl,
+  the HTTP face, replication over etcd, tooz, the fault lab, the load harness. They reach the
+  compiled modules only through the protocol and the server, whose behaviour the both-halves
+  tests pin equal in the two builds. They run pure, the reference, while the wheel builds.
+- **the compiled half only** (``build_independent``): the tests that read only the sources
+  (ruff, mypy, the layering, this script's split) or build and install their own wheels
+  (tests/install, which take this run's compiled wheel).
+
+No test is dropped: each runs in at least one half (a plain ``pytest`` run, without
+``LOCKSERVER_TEST_HALF``, runs all of them). Without a C compiler or the Python headers the
+compiled half is skipped with a message saying what is missing, and the pure half runs every
+test. The exit status is non-zero when either run fails or the build fails.
 
 Each run spreads its tests over parallel workers (pytest-xdist, ``--dist loadgroup``: tests
-that share an expensive fixture name an ``xdist_group``), one per CPU unless ``-n`` is given
-(``-n 0`` or ``-p no:xdist``: one process; ``LOCKSERVER_TEST_WORKERS`` sets the default).
+that share an expensive fixture or the host's state name an ``xdist_group``), one per CPU and
+one more unless ``-n`` is given (``-n 0`` or ``-p no:xdist``: one process;
+``LOCKSERVER_TEST_WORKERS`` sets the default). The extra worker is for the tests that wait on
+real time rather than compute (the lab's runs, ~0.6 of a CPU for up to 67 s each; etcd
+clusters; replicas' clocks), which tests/conftest.py starts first.
 
-Measured on the project's 2-core machine, the whole README command in a fresh clone (venv and
-install included), in one quiet sitting (2026-11-28): before (one process per half, the
-compiled modules built between the halves) 612 s: install 24, pure 265, build 51, compiled
-271; after, 2 workers, 354 s: install 32, pure 156 (the wheel built meanwhile), compiled 165.
-Three workers, in a second sitting, gave the same (357 s: the background build then waited
-23 s for the CPU).
+Measured on the project's 2-core machine (2026-11-28), the whole README command in a fresh
+clone (venv and install included), one quiet sitting (``/work/bin/quiet-run``), at 4ec2a03:
+318 s (5 min 19 s): install 22, pure half 234 (3,251 tests; the wheel built meanwhile, waited
+0 s for it), compiled half 63 (2,271 tests), exit 0; the run's CPU 465 s user + 57 s sys.
+What chose the rule, measured on the shared machine (other helpers' jobs running, so compare
+duration sums, not wall), -n 2, every test in each build at the commit before (a78b4d3): the
+sums of test durations were 1,016 s pure and 972 s compiled (3,558 tests each; wall 527 and
+507 s, both runs at once). The tests the new rule keeps out of the compiled half summed 563 s
+there (lab 221: its three runs 157 s of wall, ~0.6 of a CPU; replication 137; bench 95;
+lockctl 39; client and recipes 50; tooz 19); those it keeps out of the pure half, 240 s
+(the install tests 213, of which 178 in the two that build and install the compiled wheel:
+this script hands them its own). One determinism test (tests/core, a ``gc.collect()`` per example)
+took 46.8 s in the suite against 6.6 s alone: the worker's heap; after ``gc.freeze()`` between
+modules (tests/conftest.py) it took 9.9 s in the suite. Before this split, the same command's
+last CI run took 574 s (compiled half 314); an earlier quiet sitting, on a smaller suite:
+612 s with one process per half, 354 s with 2 workers and every test in the compiled half.
 """
 
 from __future__ import annotations
@@ -47,14 +76,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = [sys.executable, str(ROOT / "scripts" / "mypyc_build.py")]
 MANIFEST = "lockserver_compiled.sources.json"
-#: tests/conftest.py deselects the ``build_independent`` tests when this is 1.
-SKIP_ONCE = "LOCKSERVER_TEST_SKIP_BUILD_INDEPENDENT"
+#: tests/conftest.py deselects the tests the other half runs when this names a half.
+HALF = "LOCKSERVER_TEST_HALF"
 #: tests/install/conftest.py takes the compiled wheel from here instead of building it.
 WHEEL = "LOCKSERVER_TEST_COMPILED_WHEEL"
 
 
 def _parallel(args: list[str]) -> list[str]:
-    """The workers (``-n``: ``LOCKSERVER_TEST_WORKERS``, else one per CPU) and
+    """The workers (``-n``: ``LOCKSERVER_TEST_WORKERS``, else one per CPU and one more) and
     ``--dist loadgroup``, each unless the caller chose it or disabled the plugin."""
     if "no:xdist" in args:
         return []
@@ -62,7 +91,7 @@ def _parallel(args: list[str]) -> list[str]:
     if not any(
         a in ("-n", "--numprocesses") or a.startswith(("-n", "--numprocesses=")) for a in args
     ):
-        workers = os.environ.get("LOCKSERVER_TEST_WORKERS") or str(max(1, os.cpu_count() or 1))
+        workers = os.environ.get("LOCKSERVER_TEST_WORKERS") or str((os.cpu_count() or 1) + 1)
         added += ["-n", workers]
     if not any(a == "--dist" or a.startswith("--dist=") for a in args):
         added += ["--dist", "loadgroup"]
@@ -131,7 +160,7 @@ def main(args: list[str]) -> int:
         print("=== building the compiled wheel in the background ===", flush=True)
         job = start_wheel_build(Path(tmp))
         try:
-            pure = pytest("pure", args, {SKIP_ONCE: "1"})
+            pure = pytest("pure", args, {HALF: "pure"})
         except BaseException:
             job.kill()
             raise
@@ -141,7 +170,7 @@ def main(args: list[str]) -> int:
             return 1
         try:
             print(f"=== {install_in_place(wheel)} compiled files in place ===", flush=True)
-            compiled = pytest("compiled", args, {WHEEL: str(wheel)})
+            compiled = pytest("compiled", args, {HALF: "compiled", WHEEL: str(wheel)})
         finally:
             subprocess.run([*BUILD, "--clean"], cwd=ROOT, check=True)
     return pure or compiled

@@ -27,6 +27,7 @@ import attrs
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.build_independent("reads the sources only (their imports)")
 TOP_PACKAGES = ("protocol", "lockserver", "client", "lockctl")
 FORBIDDEN_IN_PURE = frozenset({"trio", "socket", "time", "asyncio", "threading", "random", "os"})
 

@@ -86,6 +86,7 @@ async def test_readyz_names_every_reason(
     assert "below ready_min_trust=0.9" in reasons[2]
 
 
+@pytest.mark.both_builds("reports which build runs")
 async def test_status_shows_live_figures(
     nursery: trio.Nursery, clock: trio.testing.MockClock
 ) -> None:

@@ -12,6 +12,7 @@ duration buckets and the history ring keep their bounds.
 from __future__ import annotations
 
 import prometheus_client
+import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
@@ -80,6 +81,7 @@ def value(samples: list[Sample], name: str, **labels: str) -> float:
     return found
 
 
+@pytest.mark.both_builds("reports which build runs")
 async def test_every_family_is_there_and_moves_with_the_traffic(nursery: trio.Nursery) -> None:
     """All named families, typed as named; after transactions (two OK, one failing on a
     statement), an invalid request and a scrape, the counters and gauges moved by exactly

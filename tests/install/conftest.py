@@ -5,8 +5,8 @@ why, without one).
 
 The tests of this folder build and install their own wheels from the sources, so their
 outcome cannot depend on which build the checkout holds: they are marked
-``build_independent`` and run in the pure half of ``scripts/test.py`` only. They share the
-wheels, so they run on one xdist worker (``xdist_group``).
+``build_independent`` and run in the compiled half of ``scripts/test.py`` only (which hands
+them its wheel). They share the wheels, so they run on one xdist worker (``xdist_group``).
 """
 
 from __future__ import annotations

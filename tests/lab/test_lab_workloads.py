@@ -130,8 +130,10 @@ def test_register_keys_change_with_the_period(tmp_path: Path, lockserver: list[s
     """Every key_period seconds the workload moves to fresh registers (``r<period>.<k>``),
     ``keys`` at a time, so no key's history grows without bound."""
     settings = WorkloadSettings(register_think=0.002, key_period=0.4, keys=2)
+    # 3 s is 7 periods, of which 3 must see an operation: a loaded machine (the suite on parallel
+    # workers) can stall the worker for a period or two; 1.5 s (4 periods) failed so.
     history = _run(
-        tmp_path, "lockserver", {"register": 1}, servers=lockserver, seconds=1.5, settings=settings
+        tmp_path, "lockserver", {"register": 1}, servers=lockserver, seconds=3.0, settings=settings
     )
     keys = {o.key for o in history.ops}
     periods = {k.split(".")[0] for k in keys}

@@ -13,12 +13,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lockserver._build import build
 from lockserver.replication._group import GroupState
 
 from .test_group_state import _script_log, comparable, replay
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.both_builds("compares a snapshot across the builds")
 
 # The child: pure Python for the project's packages (a path hook that knows no extension
 # modules, for their folders only), then the same replay as the parent's.
