@@ -233,9 +233,14 @@ class ElectionKind(_KindInit[S]):
         self._check()
 
 
-def campaign(el: ElectionKind[Any], value: Any, timeout: float | None) -> Op[int | None]:
-    """``campaign(value, timeout)``: wait (on the server, in arrival order) until this
-    candidate leads; its term, or None when ``timeout`` ran out first."""
+def campaign(
+    el: ElectionKind[Any], value: Any = None, *, timeout: float | None = None
+) -> Op[int | None]:
+    """Wait (on the server, in arrival order) until this candidate leads, at most
+    ``timeout`` seconds; its term, or None when the time ran out. RuntimeError when it leads
+    (or campaigns) already; LockLostError when it led and lost it without resigning (it is
+    then free). Cancelling the caller (async face) withdraws the candidacy: whatever was
+    granted is released."""
     el._check_campaign(value)
     el._value = value
     granted = yield from acquire(el, True, timeout)
@@ -243,8 +248,8 @@ def campaign(el: ElectionKind[Any], value: Any, timeout: float | None) -> Op[int
 
 
 def proclaim(el: ElectionKind[Any], value: Any) -> Op[None]:
-    """``proclaim(value)``: publish a new value under the same term. RuntimeError when this
-    object does not lead; LockLostError when its leadership was lost."""
+    """Publish ``value`` as the leader's value, under the same term. RuntimeError when
+    this candidate does not lead; LockLostError when its leadership was lost."""
     check_value(value, "value")
     statements = el._proclaim_statements(value)
     result: Result = yield RunTx(statements)
@@ -255,7 +260,8 @@ def proclaim(el: ElectionKind[Any], value: Any) -> Op[None]:
 
 
 def leader(el: ElectionKind[Any]) -> Op[LeaderInfo | None]:
-    """``leader()``: who leads now (one read), None when nobody does."""
+    """The leader now (value, term, session, description, since), None when nobody leads.
+    One read."""
     result: Result = yield RunTx(leader_statements(el.name))
     return leader_from(result, el._wall_clock)
 

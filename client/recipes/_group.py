@@ -277,8 +277,8 @@ class GroupKind(_KindInit[S]):
         self._check()
 
 
-def join(g: GroupKind[Any], metadata: Any) -> Op[bool]:
-    """``join(metadata)``: True when this member joined; False when its member id is taken
+def join(g: GroupKind[Any], metadata: Any = None) -> Op[bool]:
+    """Join with ``metadata``: True when this member joined; False when its member id is taken
     by another session, or this session is a member of the group already (``last_result``
     says which: ``failed_statement`` ``"0:/AssertOp/"`` or ``"1:/IfOp/AbortOp/"``).
     RuntimeError when this object has joined already."""
@@ -288,8 +288,8 @@ def join(g: GroupKind[Any], metadata: Any) -> Op[bool]:
 
 
 def update(g: GroupKind[Any], metadata: Any) -> Op[None]:
-    """``update(metadata)``: replace this member's metadata (its membership, ``since`` and
-    fence stay). RuntimeError when not a member; LockLostError when the membership was lost."""
+    """Replace this member's metadata, in one call (its membership, ``since`` and fence
+    stay). RuntimeError when not a member; LockLostError when the membership was lost."""
     check_value(metadata, "metadata")
     statements, new = g._update_statements(metadata)
     result: Result = yield RunTx(statements)
@@ -302,7 +302,7 @@ def update(g: GroupKind[Any], metadata: Any) -> Op[None]:
 
 
 def members(g: GroupKind[Any]) -> Op[tuple[Member, ...]]:
-    """``members()``: the members now, in join order (one read)."""
+    """The members now, in join order (one read)."""
     result: Result = yield RunTx(members_statements(g.name))
     return members_from(result, g._wall_clock)
 

@@ -1,0 +1,50 @@
+"""Face methods made from operations written once: ``blocking(op)`` and ``awaitable(op)``.
+
+Why: a call of the client (``_calls``), of a session over several servers, or of a recipe
+(``recipes/_ops`` and the coordination modules) is a generator written once, with the public
+signature and docstring; a face's method for it would only repeat that signature and say
+``return self._drive(op(self, ...))`` (``return await ...`` on the async face). These two
+makers write that method once: a face declares ``holders = blocking(_calls.holders)`` or
+``holders = awaitable(_calls.holders)``, one line per face, and the method has the
+operation's signature (minus its first parameter, the face object), name and docstring, for
+``help()``, ``inspect.signature`` and a user's type checker (``ParamSpec``) alike.
+
+The face object must have ``_drive(op)``: run the operation to its end and return its result
+(the sync face blocking, the async face as a coroutine). Hot paths (a session's ``execute``,
+a recipe's ``acquire``) keep their own methods: the maker adds a call with ``*args`` /
+``**kwargs`` packing, which costs little on a listing and would show on the hot path.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+__all__ = ["awaitable", "blocking"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: An operation: a generator function whose first parameter is the face object.
+Operation = Callable[Concatenate[Any, P], Generator[Any, Any, T]]
+
+
+def blocking(op: Operation[P, T]) -> Callable[Concatenate[Any, P], T]:
+    """A sync face's method running ``op`` with the face's blocking ``_drive``."""
+
+    def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._drive(op(self, *args, **kwargs))  # type: ignore[no-any-return]
+
+    functools.update_wrapper(method, op)
+    return method
+
+
+def awaitable(op: Operation[P, T]) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+    """An async face's method running ``op`` with the face's awaitable ``_drive``."""
+
+    async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._drive(op(self, *args, **kwargs))  # type: ignore[no-any-return]
+
+    functools.update_wrapper(method, op)
+    return method
