@@ -235,8 +235,8 @@ class Engine:
 
     @property
     def changed(self) -> AbstractSet[Key]:
-        """The variables changed since the last ``drain_changes`` (a view: read it, take it
-        with ``drain_changes``)."""
+        """The variables changed since the last ``drain_changes`` or ``clear_changes`` (a
+        view: read it, take it with ``drain_changes`` or forget it with ``clear_changes``)."""
         return self.store.changed
 
     @property
@@ -533,6 +533,12 @@ class Engine:
         (only collected when ``track_changes`` is on)."""
         changed, self.store.changed = self.store.changed, set()
         return changed
+
+    def clear_changes(self) -> None:
+        """Forget the variables changed since the last ``drain_changes`` / ``clear_changes``,
+        in place: the wait queue reads them through ``changed`` and then clears them, so a
+        pass (one per request while something is parked) makes no new set."""
+        self.store.changed.clear()
 
     def tag_session(self, session_id: str, tag: str) -> None:
         """Label a live, unlabelled session with ``tag`` (no-op otherwise). The engine only
