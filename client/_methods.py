@@ -18,33 +18,52 @@ a recipe's ``acquire``) keep their own methods: the maker adds a call with ``*ar
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine, Generator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
-__all__ = ["awaitable", "blocking"]
+__all__ = ["MADE_BY", "Awaiting", "Blocking", "awaitable", "blocking"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+#: The attribute naming the maker of a made method ("blocking" or "awaitable"), for the test
+#: that every class with one has the matching ``_drive``.
+MADE_BY = "__made_by__"
 
 #: An operation: a generator function whose first parameter is the face object.
 Operation = Callable[Concatenate[Any, P], Generator[Any, Any, T]]
 
 
-def blocking(op: Operation[P, T]) -> Callable[Concatenate[Any, P], T]:
+class Blocking(Protocol):
+    """What a method made by :func:`blocking` needs of its object (mypy holds a class to it
+    where the method is used: "Invalid self argument" names a class without ``_drive``)."""
+
+    def _drive(self, op: Any, /) -> Any: ...
+
+
+class Awaiting(Protocol):
+    """What a method made by :func:`awaitable` needs of its object."""
+
+    def _drive(self, op: Any, /) -> Awaitable[Any]: ...
+
+
+def blocking(op: Operation[P, T]) -> Callable[Concatenate[Blocking, P], T]:
     """A sync face's method running ``op`` with the face's blocking ``_drive``."""
 
-    def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+    def method(self: Blocking, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self._drive(op(self, *args, **kwargs))  # type: ignore[no-any-return]
 
     functools.update_wrapper(method, op)
+    setattr(method, MADE_BY, "blocking")
     return method
 
 
-def awaitable(op: Operation[P, T]) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+def awaitable(op: Operation[P, T]) -> Callable[Concatenate[Awaiting, P], Coroutine[Any, Any, T]]:
     """An async face's method running ``op`` with the face's awaitable ``_drive``."""
 
-    async def method(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> T:
+    async def method(self: Awaiting, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._drive(op(self, *args, **kwargs))  # type: ignore[no-any-return]
 
     functools.update_wrapper(method, op)
+    setattr(method, MADE_BY, "awaitable")
     return method

@@ -39,9 +39,10 @@ from ._election import (
     leader,
     observe,
     proclaim,
+    resign,
 )
 from ._feed import Emit, FeedBatch, FeedSinkBase, StopWatching
-from ._group import GroupChange, GroupKind, join, members, update, watch
+from ._group import GroupChange, GroupKind, join, leave_group, members, update, watch
 from ._latch import LatchCore, count_down, latch_count, latch_wait
 from ._reentrant import ReentrantCore, reentrant_acquire, reentrant_locked, reentrant_release
 
@@ -153,9 +154,7 @@ class AsyncElection(ElectionKind[AsyncSession], AsyncLock):
 
     proclaim = awaitable(proclaim)
 
-    async def resign(self) -> bool:
-        """Step down; True when this candidate led until now."""
-        return await self.release()
+    resign = awaitable(resign)
 
     leader = awaitable(leader)
 
@@ -312,9 +311,7 @@ class AsyncGroup(GroupKind[AsyncSession], AsyncLock):
 
     join = awaitable(join)
 
-    async def leave(self) -> bool:
-        """Leave; True when this member was in the group until now."""
-        return await self.release()
+    leave = awaitable(leave_group)
 
     update = awaitable(update)
 

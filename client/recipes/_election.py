@@ -55,7 +55,7 @@ from protocol import (
 from ._base import LockLostError, OnLost, S, same_value
 from ._feed import Emit, FeedSinkBase, NextFeed, StopWatching, SubscribeFeed, unsubscribe_all
 from ._kinds import _KindInit
-from ._ops import Op, RunTx, acquire
+from ._ops import Op, RunTx, acquire, release
 
 __all__ = [
     "ELECTION_TABLE",
@@ -69,6 +69,7 @@ __all__ = [
     "leader_statements",
     "observe",
     "proclaim",
+    "resign",
 ]
 
 ELECTION_TABLE = "recipes.election"
@@ -314,3 +315,9 @@ def _differs(a: LeaderInfo | None, b: LeaderInfo | None) -> bool:
     if a is None or b is None:
         return a is not b
     return (a.session, a.term) != (b.session, b.term) or not same_value(a.value, b.value)
+
+
+def resign(el: ElectionKind[Any]) -> Op[bool]:
+    """Step down; True when this candidate led until now. False (without a call) when it did
+    not lead; LockLostError when its leadership had been lost meanwhile."""
+    return (yield from release(el))

@@ -58,7 +58,7 @@ from protocol import (
 from ._base import LockLostError, OnLost, S, check_name, same_value
 from ._feed import Emit, FeedSinkBase, NextFeed, StopWatching, SubscribeFeed, unsubscribe_all
 from ._kinds import _KindInit
-from ._ops import Op, RunTx, acquire
+from ._ops import Op, RunTx, acquire, release
 
 __all__ = [
     "GROUP_META_TABLE",
@@ -66,9 +66,10 @@ __all__ = [
     "GroupChange",
     "GroupKind",
     "Member",
+    "join",
+    "leave_group",
     "members",
     "members_from",
-    "join",
     "members_statements",
     "update",
     "watch",
@@ -376,3 +377,9 @@ def watch(g: GroupKind[Any], sink: FeedSinkBase) -> Op[None]:
 def _rejoined(before: Member, after: Member) -> bool:
     """The same session left and joined again between two reads (a new membership)."""
     return before.fence != after.fence
+
+
+def leave_group(g: GroupKind[Any]) -> Op[bool]:
+    """Leave; True when this member was in the group until now (False without a call when it
+    had not joined; LockLostError when its membership had been lost)."""
+    return (yield from release(g))

@@ -36,9 +36,10 @@ from ._election import (
     leader,
     observe,
     proclaim,
+    resign,
 )
 from ._feed import Emit, FeedBatch, FeedSinkBase, StopWatching
-from ._group import GroupChange, GroupKind, join, members, update, watch
+from ._group import GroupChange, GroupKind, join, leave_group, members, update, watch
 from ._latch import LatchCore, count_down, latch_count, latch_wait
 from ._reentrant import ReentrantCore, reentrant_acquire, reentrant_locked, reentrant_release
 from ._sync import Mutex, SyncLock, drive
@@ -127,10 +128,7 @@ class Election(ElectionKind[Session], SyncLock):
 
     proclaim = blocking(proclaim)
 
-    def resign(self) -> bool:
-        """Step down; True when this candidate led until now. False (without a call) when it
-        did not lead; LockLostError when its leadership had been lost meanwhile."""
-        return self.release()
+    resign = blocking(resign)
 
     leader = blocking(leader)
 
@@ -261,7 +259,7 @@ class CountDownLatch(LatchCore[Session]):
     latch (its own session), not to the party that made them. Every party passes the same
     ``count``."""
 
-    def drive(self, op: _ops.Op[_ops.T]) -> _ops.T:
+    def _drive(self, op: _ops.Op[_ops.T]) -> _ops.T:
         return drive(self._session, self.namespace, op)
 
     count_down = blocking(count_down)
@@ -279,10 +277,7 @@ class Group(GroupKind[Session], SyncLock):
 
     join = blocking(join)
 
-    def leave(self) -> bool:
-        """Leave; True when this member was in the group until now (False without a call
-        when it had not joined; LockLostError when its membership had been lost)."""
-        return self.release()
+    leave = blocking(leave_group)
 
     update = blocking(update)
 
