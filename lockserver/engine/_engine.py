@@ -302,6 +302,12 @@ class Engine:
         store.ended.clear()
         store.track_changes = False
 
+    def clear_changes(self) -> None:
+        """Forget the variables changed since the last ``drain_changes`` / ``clear_changes``,
+        in place: the wait queue reads them through ``changed`` and then clears them, so a
+        pass (one per request while something is parked) makes no new set."""
+        self.store.changed.clear()
+
     def drain_ended(self) -> list[str]:
         """Take the ids of the sessions ended since the last call, in the order they ended
         (only collected while watching, ``watch_changes``)."""
@@ -533,12 +539,6 @@ class Engine:
         (only collected when ``track_changes`` is on)."""
         changed, self.store.changed = self.store.changed, set()
         return changed
-
-    def clear_changes(self) -> None:
-        """Forget the variables changed since the last ``drain_changes`` / ``clear_changes``,
-        in place: the wait queue reads them through ``changed`` and then clears them, so a
-        pass (one per request while something is parked) makes no new set."""
-        self.store.changed.clear()
 
     def tag_session(self, session_id: str, tag: str) -> None:
         """Label a live, unlabelled session with ``tag`` (no-op otherwise). The engine only
