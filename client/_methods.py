@@ -18,6 +18,7 @@ a recipe's ``acquire``) keep their own methods: the maker adds a call with ``*ar
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
@@ -53,8 +54,7 @@ def blocking(op: Operation[P, T]) -> Callable[Concatenate[Blocking, P], T]:
     def method(self: Blocking, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return self._drive(op(self, *args, **kwargs))  # type: ignore[no-any-return]
 
-    functools.update_wrapper(method, op)
-    setattr(method, MADE_BY, "blocking")
+    _describe(method, op, "blocking")
     return method
 
 
@@ -64,6 +64,25 @@ def awaitable(op: Operation[P, T]) -> Callable[Concatenate[Awaiting, P], Corouti
     async def method(self: Awaiting, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await self._drive(op(self, *args, **kwargs))  # type: ignore[no-any-return]
 
-    functools.update_wrapper(method, op)
-    setattr(method, MADE_BY, "awaitable")
+    _describe(method, op, "awaitable")
     return method
+
+
+def _describe(method: Callable[..., Any], op: Callable[..., Any], maker: str) -> None:
+    """Give ``method`` the operation's name, docstring and signature as a method's: its
+    first parameter (the face object) called ``self``, without the operation's annotations
+    of it and of the generator it returns (``inspect.signature(Cls.name)`` reads
+    ``(self, ...)``, a bound method's ``(...)``)."""
+    functools.update_wrapper(method, op)
+    signature = inspect.signature(op)
+    first, *rest = signature.parameters.values()
+    method.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[first.replace(name="self", annotation=inspect.Parameter.empty), *rest],
+        return_annotation=inspect.Signature.empty,
+    )
+    method.__annotations__ = {
+        name: value
+        for name, value in op.__annotations__.items()
+        if name not in (first.name, "return")
+    }
+    setattr(method, MADE_BY, maker)
