@@ -25,7 +25,6 @@ AsyncLockClient's base, and its theory of operation is written there.
 
 from __future__ import annotations
 
-import logging
 import math
 import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator
@@ -36,20 +35,16 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage
+from protocol import FeedEvent
 
 from . import _calls
 from ._async_conn import AsyncConnector
 from ._async_session import AsyncSession, AsyncShardedSession, run_async
-from ._core import FeedSink
-from ._errors import ServerUnavailable
+from ._methods import awaitable
 from ._placement import ServerGroup, Servers
-from ._sharding import unavailable
-from ._wire import HOLDERS, SESSIONS, WAITERS
 
 __all__ = ["AsyncLockClient", "open_lock_client"]
 
-log = logging.getLogger("client")
 T = TypeVar("T")
 
 
@@ -160,93 +155,27 @@ class AsyncLockClient(AsyncConnector[AsyncSession, "AsyncLockClient"]):
 
     # --- public API (the docstrings are the sync face's: client.LockClient) ----------------------
 
+    ping = awaitable(_calls.ping)
+    statistics = awaitable(_calls.statistics)
+    end_session = awaitable(_calls.end_session)
+
     async def shard(self, server: str) -> AsyncLockClient:
         """The single-server client of ``server`` (one of :attr:`servers`), connected now if
         it was not yet (as the sync face's :meth:`~client.LockClient.shard`)."""
-        address = self._placement.member(server)
-        if self._router is None:
+        address = self._shard_address(server)
+        if address is None:
             await anyio.lowlevel.checkpoint()
             return self
         return await self.shard_client(address)
 
-    async def ping(self) -> Pong:
-        """Liveness check (as the sync face's :meth:`~client.LockClient.ping`)."""
-        return await self._drive(_calls.ping(self))
-
-    async def statistics(self) -> dict[str, Any]:
-        """The server's statistics (as :meth:`~client.LockClient.statistics`)."""
-        return await self._drive(_calls.statistics(self))
-
-    async def end_session(self, session_id: str) -> bool:
-        """End any session by id (as :meth:`~client.LockClient.end_session`)."""
-        return await self._drive(_calls.end_session(self, session_id))
-
     # --- the operator's calls (as the sync face's: docs/operations.md) --------------------------
 
-    async def holders(
-        self,
-        namespace: str | None = None,
-        table: str | None = None,
-        var: str | None = None,
-        *,
-        session: str | None = None,
-        match: str | None = None,
-        cursor: str | None = None,
-        limit: int | None = None,
-    ) -> HoldersPage:
-        """A page of the entries held (as the sync face's :meth:`~client.LockClient.holders`)."""
-        args = (namespace, table, var, session, match, cursor, limit)
-        return await self._drive(_calls.listing(self, "holders", HOLDERS, *args))
-
-    async def sessions(
-        self,
-        namespace: str | None = None,
-        table: str | None = None,
-        var: str | None = None,
-        *,
-        session: str | None = None,
-        match: str | None = None,
-        cursor: str | None = None,
-        limit: int | None = None,
-    ) -> SessionsPage:
-        """A page of the sessions (as the sync face's :meth:`~client.LockClient.sessions`)."""
-        args = (namespace, table, var, session, match, cursor, limit)
-        return await self._drive(_calls.listing(self, "sessions", SESSIONS, *args))
-
-    async def waiters(
-        self,
-        namespace: str | None = None,
-        table: str | None = None,
-        var: str | None = None,
-        *,
-        session: str | None = None,
-        match: str | None = None,
-        cursor: str | None = None,
-        limit: int | None = None,
-    ) -> WaitersPage:
-        """A page of the parked transactions (as the sync face's
-        :meth:`~client.LockClient.waiters`)."""
-        args = (namespace, table, var, session, match, cursor, limit)
-        return await self._drive(_calls.listing(self, "waiters", WAITERS, *args))
-
-    async def release(
-        self, namespace: str, table: str, var: str, *, session: str | None = None
-    ) -> Released:
-        """Force-release (as the sync face's :meth:`~client.LockClient.release`)."""
-        return await self._drive(_calls.release(self, namespace, table, var, session))
-
-    async def subscribe(
-        self, namespace: str, table: str | None = None, *, sink: FeedSink | None = None
-    ) -> int:
-        """Subscribe to the change feed of ``namespace`` (as the sync face's
-        :meth:`~client.LockClient.subscribe`); events are read by the client's reader task
-        and taken with :meth:`feed_events` or awaited with :meth:`next_feed_events` (or handed
-        to ``sink``)."""
-        return await self._drive(_calls.subscribe(self, namespace, table, sink))
-
-    async def unsubscribe(self, subscription: int) -> bool:
-        """End a subscription; False when the server did not know it."""
-        return await self._drive(_calls.unsubscribe(self, subscription))
+    holders = awaitable(_calls.holders)
+    sessions = awaitable(_calls.sessions)
+    waiters = awaitable(_calls.waiters)
+    release = awaitable(_calls.release)
+    subscribe = awaitable(_calls.subscribe)
+    unsubscribe = awaitable(_calls.unsubscribe)
 
     def _take_feed(self) -> list[FeedEvent]:
         conn = self._conn
@@ -283,10 +212,8 @@ class AsyncLockClient(AsyncConnector[AsyncSession, "AsyncLockClient"]):
                 self.check_open()
                 shard = AsyncLockClient(self._task_group, **self._shard_options(server))
                 shard._feed_owner = self
-                try:
+                with self._opening(server):
                     await shard._reconnect()
-                except ServerUnavailable as exc:
-                    raise unavailable(server, exc) from exc
                 self._shards[server] = shard
         return shard
 

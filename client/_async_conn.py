@@ -37,11 +37,9 @@ Theory of operation:
   connection-level error such as ``SHUTTING_DOWN``, or garbage), not only at EOF: a call made
   afterwards goes to a new connection (no server: ServerUnavailable "not sent"), never to a
   server that no longer reads.
-- A reconnect reports the losses no connection could hear (``ClientCore.reconnected``: a
-  restarted server, an expired session guarantee) before its keepalives are written.
-- A (re)connect goes to a member of the client's entry (a server, or a replicated group's
-  replicas) in the order ``_failover.Members`` gives: one round, each member once; ``host``
-  and ``port`` then name the member in use.
+- A (re)connect goes to a member chosen by ``_calls.open_member`` and reports, as
+  ``ClientFace._reconnected`` says, the losses no connection could hear before its
+  keepalives are written.
 - Reconnect, retry and error rules are the core's (see ``_core`` and ``_wire``).
 """
 
@@ -141,12 +139,7 @@ class AsyncConnector(ClientFace[SessionT, ShardT]):
                 raise
             if value is not RETRY:
                 return value
-            if retried:
-                raise ConnectionLost(
-                    "the connection dropped twice with the same idempotent request in flight"
-                )
-            retried = True
-            self._core.retries += 1
+            retried = self._retried(retried)
 
     async def _call(
         self, conn: _Connection, kind: int, rid: int, data: bytes, cancel_on_abort: bool
@@ -188,11 +181,7 @@ class AsyncConnector(ClientFace[SessionT, ShardT]):
             except _NotSent:
                 continue  # the connection broke on this write: send on a new one
             break
-        if self._closed:
-            for item in outcomes:
-                if isinstance(item, ConnectionLost):
-                    raise ClientClosed("the client was closed with the batch in flight")
-        return outcomes
+        return self._batch_outcomes(outcomes)
 
     async def _call_batch(self, conn: _Connection, rids: list[int], data: bytes) -> list[Any]:
         """Register every call + one write (one synchronous step), then wait until the last

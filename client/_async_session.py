@@ -30,10 +30,13 @@ import anyio.lowlevel
 
 from protocol import LockLost, Statement, Welcome
 
-from ._calls import (
-    Call,
-    OnPart,
-    Step,
+from ._calls import Call, OnPart, Op, Step
+from ._errors import ClientClosed, LockClientError, ServerUnavailable
+from ._methods import awaitable
+from ._placement import ServerGroup
+from ._port import AsyncSessionPort
+from ._result import Result
+from ._session_calls import (
     keepalive_frame,
     resend_deferred,
     session_end,
@@ -41,10 +44,6 @@ from ._calls import (
     sharded_execute,
     sharded_execute_many,
 )
-from ._errors import ClientClosed, LockClientError, ServerUnavailable
-from ._placement import ServerGroup
-from ._port import AsyncRouterPort, AsyncSessionPort
-from ._result import Result
 from ._session_state import BatchCall, SessionState, ShardedParts
 from ._sharding import unavailable
 from ._wire import EXECUTE, KEEPALIVE, batch_results
@@ -92,7 +91,7 @@ class AsyncSession(SessionState):
         keepalive: bool,
     ) -> None:
         super().__init__(client.core, session_id, max_age, description, keepalive)
-        self._client = client
+        self._client: AsyncSessionPort = client
         self._now = client.clock  # the event loop's clock, as the client reads it
         self._last_activity = self._now()
         self._keepalive_scope: anyio.CancelScope | None = None
@@ -103,11 +102,6 @@ class AsyncSession(SessionState):
         """The :class:`~client.AsyncLockClient` this session runs on (its ``welcome``
         limits, its events), typed as the session's port."""
         return self._client
-
-    def server_for(self, namespace: str) -> str:
-        """The server (``host:port``, a group: its id) this session's calls in ``namespace``
-        go to."""
-        return self._client.place(namespace).id
 
     async def welcome_for(self, namespace: str) -> Welcome:
         """The Welcome (limits included) of the server ``namespace`` lives on. (Returns
@@ -178,10 +172,11 @@ class AsyncSession(SessionState):
             self._start_keepalive()
         return batch_results(outcomes)
 
-    async def end(self) -> bool:
-        """End the session now, as the sync face's :meth:`~client.Session.end`: True when
-        the server still had it, False without a call when ended already."""
-        return await run_async(session_end(self), self._request)
+    end = awaitable(session_end)
+
+    async def _drive(self, op: Generator[Call, Any, T]) -> T:
+        """Run a session step of ``_calls`` (its requests) with awaited calls."""
+        return await run_async(op, self._request)
 
     async def _request(self, call: Call) -> Any:
         return await self._client.request(call.kind, call.rid, call.data)
@@ -252,22 +247,12 @@ class AsyncSession(SessionState):
                     self._keepalive_failed(exc, self._now(), interval)
 
 
-class AsyncShardedSession(ShardedParts, AsyncSession):
+class AsyncShardedSession(ShardedParts[AsyncSession], AsyncSession):
     """A session of an :class:`AsyncLockClient` of several servers: one id, and on each
     server it touches an ordinary :class:`AsyncSession` with that id (its *part*), as the
     sync face's :class:`~client._sync_session.ShardedSession`."""
 
-    def __init__(
-        self,
-        client: AsyncRouterPort,
-        session_id: str | None,
-        max_age: float,
-        description: str,
-        keepalive: bool,
-    ) -> None:
-        super().__init__(client, session_id, max_age, description, keepalive)
-        self._router = client
-        self._parts: dict[ServerGroup, AsyncSession] = {}
+    _part_class = AsyncSession
 
     async def welcome_for(self, namespace: str) -> Welcome:
         return (await self._part(self._router.place(namespace)))._client.welcome
@@ -282,44 +267,14 @@ class AsyncShardedSession(ShardedParts, AsyncSession):
             shard = await self._router.shard_client(server)
         except ServerUnavailable as exc:
             raise unavailable(server, exc) from exc
-        part = self._parts.get(server)  # another task may have made it meanwhile
-        if part is None:
-            part = AsyncSession(shard, self.id, self.max_age, self.description, self._keepalive)
-            part.add_lost_listener(self._deliver)
-            self._parts[server] = part
-        return part
+        return self._adopt(server, shard)
 
-    async def execute(
-        self,
-        namespace: str,
-        statements: Iterable[Statement],
-        *,
-        min_uptime: float = 0.0,
-        min_trust: float = 0.0,
-        description: str = "",
-        transaction_id: str | None = None,
-        wait: float | None = None,
-    ) -> Result:
-        if self._deferred:
-            await self._send_deferred()
-        options = (min_uptime, min_trust, description, transaction_id, wait)
-        return await run_async(sharded_execute(self, namespace, statements, options), self._on_part)
+    execute = awaitable(sharded_execute)
+    execute_many = awaitable(sharded_execute_many)
+    end = awaitable(sharded_end)
 
-    execute.__doc__ = AsyncSession.execute.__doc__
-
-    async def execute_many(
-        self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
-    ) -> list[Result]:
-        """As :meth:`AsyncSession.execute_many`, split by server as the sync face's
-        :meth:`~client._sync_session.ShardedSession.execute_many`."""
-        return await run_async(
-            sharded_execute_many(self, calls, min_uptime, min_trust), self._on_part
-        )
-
-    async def end(self) -> bool:
-        """End the session on every server it was used on (as the sync face's
-        :meth:`~client._sync_session.ShardedSession.end`)."""
-        return await run_async(sharded_end(self), self._on_part)
+    async def _drive(self, op: Op[T]) -> T:
+        return await run_async(op, self._on_part)
 
     async def _on_part(self, step: Step) -> Any:
         """The driver of ``_calls``' session steps (``OnPart``)."""

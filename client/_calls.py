@@ -18,9 +18,13 @@ face's ``_drive`` runs the steps:
   ``server`` (an ordinary session, made on first use) and send back the result (awaited on
   the async face).
 
+A session's calls (``end``; over several servers ``execute``, ``execute_many``, ``end``) are
+steps of the same kinds, in ``_session_calls``.
+
 Adding a request kind: a builder in ``_inspect`` (or ``ClientCore``), a reply kind in
-``_wire``, a generator here, and on each face one method whose body is ``return
-self._drive(_calls.<name>(self, ...))``.
+``_wire``, a generator here with the public signature and docstring, and on each face one
+line: ``<name> = blocking(_calls.<name>)`` / ``<name> = awaitable(_calls.<name>)``
+(``_methods``).
 
 The state the generators read is :class:`~client._face.ClientFace`'s (``_core``, ``_router``,
 ``_subscriptions``) and :class:`~client._session_state.SessionState`'s; they never block.
@@ -28,32 +32,26 @@ The state the generators read is :class:`~client._face.ClientFace`'s (``_core``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable
-from operator import methodcaller
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from protocol import Pong, Released, Statement
+from protocol import HoldersPage, Pong, Released, SessionsPage, WaitersPage
 
 from ._errors import (
-    BatchError,
-    ClientTimeout,
-    ConnectionLost,
     LockClientError,
     ServerError,
     ServerUnavailable,
 )
 from ._inspect import listing_request, release_request, subscribe_request, unsubscribe_request
 from ._placement import ServerAddress, ServerGroup
-from ._result import Result
-from ._sharding import join_cursor, merge_outcomes, split_cursor, unavailable
-from ._wire import END, PING, RELEASE, STATS, SUBSCRIBE, UNSUBSCRIBE
+from ._sharding import join_cursor, split_cursor, unavailable
+from ._wire import END, HOLDERS, PING, RELEASE, SESSIONS, STATS, SUBSCRIBE, UNSUBSCRIBE, WAITERS
 
 if TYPE_CHECKING:
     from ._core import FeedSink
     from ._face import ClientFace
-    from ._session_state import BatchCall
 
     Face = ClientFace[Any, Any]
 
@@ -64,19 +62,16 @@ __all__ = [
     "Op",
     "OpenTo",
     "end_session",
-    "keepalive_frame",
+    "holders",
     "listing",
     "open_member",
     "ping",
     "release",
-    "resend_deferred",
-    "session_end",
-    "sharded_end",
-    "sharded_execute",
-    "sharded_execute_many",
+    "sessions",
     "statistics",
     "subscribe",
     "unsubscribe",
+    "waiters",
 ]
 
 T = TypeVar("T")
@@ -161,7 +156,9 @@ def run_sync(op: Generator[S, Any, T], answer: Callable[[S], Any]) -> T:
 
 
 def ping(c: Face) -> Op[Pong]:
-    """``ping()``; a router pings every server and returns the lowest trust's Pong."""
+    """Liveness check: the server's ``uptime`` and ``trust``. Touches no session. A
+    client of several servers pings every one of them (ServerUnavailable naming the first
+    that cannot be reached) and returns the Pong of the one with the lowest trust."""
     router = c._router
     if router is None:
         rid, data = c._core.ping()
@@ -174,7 +171,9 @@ def ping(c: Face) -> Op[Pong]:
 
 
 def statistics(c: Face) -> Op[dict[str, Any]]:
-    """``statistics()``; a router answers ``{server: statistics}``."""
+    """The server's statistics (a nested map; PROTOCOL.md lists the keys). A client of
+    several servers returns ``{server: statistics}`` for every server (ServerUnavailable
+    naming the first that cannot be reached)."""
     router = c._router
     if router is None:
         rid, data = c._core.get_statistics()
@@ -187,8 +186,10 @@ def statistics(c: Face) -> Op[dict[str, Any]]:
 
 
 def end_session(c: Face, session_id: str) -> Op[bool]:
-    """``end_session(id)``; a router ends it on every server (True when some had it) and
-    raises the first ServerUnavailable once all were asked."""
+    """End any session by id (all its entries go at once); False when it did not exist.
+    Prefer ``session.end()`` for your own sessions. A client of several servers ends it on
+    every server (True when some had it); a server that cannot be reached raises
+    ServerUnavailable after the others were asked."""
     router = c._router
     if router is None:
         rid, data = c._core.end_session(session_id)
@@ -218,7 +219,7 @@ def listing(
     cursor: str | None,
     limit: int | None,
 ) -> Op[Any]:
-    """``holders()`` / ``sessions()`` / ``waiters()``: one page. A router asks the
+    """One page of ``kind`` (``holders``, ``sessions``, ``waiters``). A router asks the
     namespace's server, or without a namespace each server in turn (its cursor says which)."""
     router = c._router
     if router is None:
@@ -245,14 +246,77 @@ def listing(
     return attrs.evolve(page, cursor=join_cursor(index, page.cursor, count))
 
 
-def release(c: Face, namespace: str, table: str, var: str, session: str | None) -> Op[Released]:
-    """``release(...)``: force-release on the namespace's server."""
+def holders(
+    c: Face,
+    namespace: str | None = None,
+    table: str | None = None,
+    var: str | None = None,
+    *,
+    session: str | None = None,
+    match: str | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Op[HoldersPage]:
+    """A page of the entries held (``table`` and ``var`` are prefixes, ``match`` a
+    substring of a description, ``limit`` 1..1,000, default 100): ``.holders`` and the
+    ``.cursor`` of the next page (None at the end). With tokens, only the namespaces the
+    principal may use. A client of several servers asks the namespace's server, or,
+    without a namespace, each server in turn (its cursor says which)."""
+    args = (namespace, table, var, session, match, cursor, limit)
+    page: HoldersPage = yield from listing(c, "holders", HOLDERS, *args)
+    return page
+
+
+def sessions(
+    c: Face,
+    namespace: str | None = None,
+    table: str | None = None,
+    var: str | None = None,
+    *,
+    session: str | None = None,
+    match: str | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Op[SessionsPage]:
+    """A page of the sessions (filters as :meth:`holders`; ``namespace``, ``table`` and
+    ``var``: of an entry the session holds): ``.sessions`` and ``.cursor``."""
+    args = (namespace, table, var, session, match, cursor, limit)
+    page: SessionsPage = yield from listing(c, "sessions", SESSIONS, *args)
+    return page
+
+
+def waiters(
+    c: Face,
+    namespace: str | None = None,
+    table: str | None = None,
+    var: str | None = None,
+    *,
+    session: str | None = None,
+    match: str | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+) -> Op[WaitersPage]:
+    """A page of the parked transactions (filters as :meth:`holders`): ``.waiters`` and
+    ``.cursor``."""
+    args = (namespace, table, var, session, match, cursor, limit)
+    page: WaitersPage = yield from listing(c, "waiters", WAITERS, *args)
+    return page
+
+
+def release(
+    c: Face, namespace: str, table: str, var: str, *, session: str | None = None
+) -> Op[Released]:
+    """Force-release: remove the entries of one variable (only ``session``'s when given),
+    waking its waiters; their holders get a ``lost`` event with reason ``released``. An
+    admin call: with tokens, it needs a token marked ``admin = true`` (else FORBIDDEN).
+    Returns how many entries went and the fence of the change. Never re-sent after a
+    dropped connection (a repeat could remove a later holder's entry)."""
     router = c._router
     if router is not None:
         server = router.place(namespace)
         try:
             released: Released = yield OnShard(
-                server, lambda s: release(s, namespace, table, var, session)
+                server, lambda s: release(s, namespace, table, var, session=session)
             )
             return released
         except ServerUnavailable as exc:
@@ -263,14 +327,26 @@ def release(c: Face, namespace: str, table: str, var: str, session: str | None) 
     return released
 
 
-def subscribe(c: Face, namespace: str, table: str | None, sink: FeedSink | None) -> Op[int]:
-    """``subscribe(...)``: the subscription's id; a router's own id for the server's."""
+def subscribe(
+    c: Face, namespace: str, table: str | None = None, *, sink: FeedSink | None = None
+) -> Op[int]:
+    """Subscribe this client to the change feed of ``namespace`` (one ``table`` of it
+    when given): grants, releases, expiries, lost locks and kills arrive as
+    :class:`~protocol.FeedEvent` values, taken with ``feed_events()`` (read as the
+    connection is read: the sync face while some call, or ``process_events()``, reads it;
+    the async face's reader task at once; ``await next_feed_events()`` waits for them).
+    Returns the subscription's id. A subscription outlives its connection: after a reconnect
+    the client makes it again, with the same id, before anything else is sent; the events of
+    the gap are not seen (``local_statistics().connections`` tells that one happened). With
+    ``sink`` (a :class:`~client._core.FeedSink`), the events go to it instead of
+    ``feed_events()``, and it is told of reconnects. A client of several servers subscribes
+    on the namespace's server and returns an id of its own."""
     router = c._router
     core = c._core
     if router is not None:
         server = router.place(namespace)
         try:
-            theirs = yield OnShard(server, lambda s: subscribe(s, namespace, table, sink))
+            theirs = yield OnShard(server, lambda s: subscribe(s, namespace, table, sink=sink))
         except ServerUnavailable as exc:
             raise unavailable(server, exc) from exc
         return c._subscriptions.add(core.next_id(), server, theirs)
@@ -288,7 +364,8 @@ def subscribe(c: Face, namespace: str, table: str | None, sink: FeedSink | None)
 
 
 def unsubscribe(c: Face, subscription: int) -> Op[bool]:
-    """``unsubscribe(id)``: False when the server did not know it."""
+    """End a subscription; False when the server did not know it (its connection
+    dropped meanwhile, or it ended already)."""
     core = c._core
     if c._router is not None:
         where = c._subscriptions.pop(subscription)
@@ -326,124 +403,3 @@ def open_member(c: Face, after_loss: bool) -> Generator[OpenTo, Any, Any]:
         c.host, c.port = address.host, address.port
         return conn
     raise members.failure(errors)
-
-
-# --- a session ----------------------------------------------------------------------------------
-
-
-def session_end(s: Any) -> Generator[Call, Any, bool]:
-    """``end()`` of a session on one server (``s``: a session of either face): True when the
-    server still had it; False without a call when it has ended already. The session is
-    ended whatever the call does."""
-    built = s._start_end()
-    if built is None:
-        return False
-    try:
-        existed: bool = yield Call(END, *built)
-    finally:
-        s._mark_ended()
-    return existed
-
-
-def resend_deferred(s: Any) -> Generator[tuple[str, list[Statement]], Any, None]:
-    """Send a session's deferred cleanups again (``defer_cleanup``): yields each as
-    ``(namespace, statements)`` for the face to ``execute``; those that fail once more (a
-    LockClientError thrown in) are kept for the next call."""
-    pending = s._take_deferred()
-    for i, call in enumerate(pending):
-        try:
-            yield call
-        except LockClientError:
-            s._deferred[:0] = pending[i:]
-            return
-
-
-def keepalive_frame(
-    s: Any,
-) -> Generator[tuple[str, list[Statement]], Any, tuple[int, bytes] | None]:
-    """Before a keepalive ping of a session (``s``: either face's): its deferred cleanups
-    first, yielded as ``resend_deferred`` does (a recipe's cancel whose outcome was unknown:
-    a session kept alive by pings alone would otherwise keep what it removes, a lock nobody
-    knows it holds); then the ping's ``(request id, frame)``, None when it should not ping
-    (the session ended, or never made a call)."""
-    if s._deferred and not s._ended:
-        yield from resend_deferred(s)
-    built: tuple[int, bytes] | None = s._build_keepalive()
-    return built
-
-
-# --- a session over several servers ------------------------------------------------------------
-
-
-def sharded_execute(
-    s: Any, namespace: str, statements: Iterable[Statement], options: tuple[Any, ...]
-) -> Op[Result]:
-    """``execute`` of a session of several servers: on the part of ``namespace``'s server.
-    ``options``: ``execute``'s ``(min_uptime, min_trust, description, transaction_id,
-    wait)``."""
-    s._check_open()
-    server = s._router.place(namespace)
-    min_uptime, min_trust, description, transaction_id, wait = options
-    execute = methodcaller(
-        "execute", namespace, statements, min_uptime=min_uptime, min_trust=min_trust,
-        description=description, transaction_id=transaction_id, wait=wait,
-    )  # fmt: skip
-    try:
-        result: Result = yield OnPart(server, execute)
-    except ServerUnavailable as exc:
-        raise unavailable(server, exc) from exc
-    return result
-
-
-def sharded_execute_many(
-    s: Any, calls: Iterable[BatchCall], min_uptime: float, min_trust: float
-) -> Op[list[Result]]:
-    """``execute_many`` of a session of several servers (``s``: a ``ShardedSession`` of
-    either face): each server's calls go to its part as one batch, servers one after
-    another; the results come back in the caller's order. A server that cannot be reached
-    fails its calls only (ServerUnavailable in the BatchError's ``results``)."""
-    calls = list(calls)
-    s._check_open()
-    router = s._router
-    groups = router.split(calls)
-    if not groups:
-        router.check_open()
-        return []
-    if len(groups) > 1:
-        # Every call is validated before anything is sent, as in a one-server batch (the
-        # errors name the call's place in the whole batch).
-        s._build_batch_frames(calls, min_uptime, min_trust)
-    parts: list[tuple[list[int], list[Result] | BaseException]] = []
-    for server, indexes, items in groups:
-        many = methodcaller("execute_many", items, min_uptime=min_uptime, min_trust=min_trust)
-        try:
-            parts.append((indexes, (yield OnPart(server, many))))
-        except ServerUnavailable as exc:
-            if len(groups) == 1:
-                raise unavailable(server, exc) from exc
-            parts.append((indexes, unavailable(server, exc)))
-        except (BatchError, ConnectionLost, ClientTimeout) as exc:
-            if len(groups) == 1:
-                raise
-            parts.append((indexes, exc))
-    return merge_outcomes(len(calls), parts)
-
-
-def sharded_end(s: Any) -> Op[bool]:
-    """``end()`` of a session of several servers: end every part; True when some server
-    still had the session. The first failure is raised once every part was asked."""
-    if s._ended:
-        return False
-    s._mark_ended()
-    existed = False
-    failure: LockClientError | None = None
-    for server in list(s._parts):
-        try:
-            existed = (yield OnPart(server, methodcaller("end"))) or existed
-        except ServerUnavailable as exc:
-            failure = failure or unavailable(server, exc)
-        except LockClientError as exc:
-            failure = failure or exc
-    if failure is not None:
-        raise failure
-    return existed

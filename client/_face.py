@@ -11,18 +11,26 @@ calls of ``_calls``) and the signatures of its blocking or awaitable calls.
 
 from __future__ import annotations
 
+import contextlib
 import ssl
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
 
 from protocol import FeedEvent, Welcome
 
 from ._core import ClientCore, ClientStatistics
-from ._errors import ClientClosed, LockClientError
+from ._errors import ClientClosed, ConnectionLost, LockClientError, ServerUnavailable
 from ._failover import Members
 from ._placement import ServerGroup, Servers
 from ._session_state import SessionState
-from ._sharding import Router, Subscriptions, client_groups, describe, shard_servers
+from ._sharding import (
+    Router,
+    Subscriptions,
+    client_groups,
+    describe,
+    shard_servers,
+    unavailable,
+)
 
 __all__ = ["ClientFace"]
 
@@ -207,6 +215,21 @@ class ClientFace(Generic[SessionT, ShardT]):
             "ssl_context": self.ssl_context,
         }
 
+    def _shard_address(self, server: str) -> ServerGroup | None:
+        """``shard(server)``: the entry (server or group) ``server`` names, or None when this
+        client has one entry (it is its own shard); ValueError for a server not in the
+        list."""
+        address = self._placement.member(server)
+        return None if self._router is None else address
+
+    @contextlib.contextmanager
+    def _opening(self, server: ServerGroup) -> Iterator[None]:
+        """Opening the per-server client of ``server``: ServerUnavailable names it."""
+        try:
+            yield
+        except ServerUnavailable as exc:
+            raise unavailable(server, exc) from exc
+
     def _not_a_connection(self) -> None:
         """Raise when a router is asked to connect itself (it sends through its per-server
         clients)."""
@@ -218,13 +241,32 @@ class ClientFace(Generic[SessionT, ShardT]):
     # --- connecting -------------------------------------------------------------------------------
 
     def _reconnected(self, now: float) -> list[bytes]:
-        """A new connection is up (at ``now``, the face's clock): report the losses no
-        connection could hear (a restarted server, a session whose guarantee ran out
+        """A new connection is up (at ``now``, the face's clock; a member of the client's
+        entry, chosen by ``_calls.open_member``): report the losses no connection could hear
+        (``ClientCore.reconnected``: a restarted server, a session whose guarantee ran out
         meanwhile), then return the frames the face sends on it at once, before anything
         else: the open sessions' keepalives (so its LockLost events come here and their idle
         timers restart) and the subscriptions made again; their replies are dropped by id."""
         self._core.reconnected(now)
         return self._core.keepalives() + self._core.resubscriptions()
+
+    def _retried(self, retried: bool) -> bool:
+        """An idempotent request was answered RETRY (its connection dropped with it in
+        flight): count the re-send and return True (it has been retried), or raise
+        ConnectionLost when it was re-sent once already."""
+        if retried:
+            raise ConnectionLost(
+                "the connection dropped twice with the same idempotent request in flight"
+            )
+        self._core.retries += 1
+        return True
+
+    def _batch_outcomes(self, outcomes: list[Any]) -> list[Any]:
+        """A batch's outcomes as the caller gets them: ClientClosed when the client was
+        closed with the batch in flight (a call lost its connection to the close)."""
+        if self._closed and any(isinstance(item, ConnectionLost) for item in outcomes):
+            raise ClientClosed("the client was closed with the batch in flight")
+        return outcomes
 
     def _stop_keepalives(self) -> None:
         """Closing: stop every open session's keepalive (the sessions are not ended)."""

@@ -19,10 +19,11 @@ Theory of operation:
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from protocol import (
     EndSession,
@@ -47,6 +48,9 @@ __all__ = ["MAX_DEFERRED", "BatchCall", "LostListener", "SessionState", "Sharded
 
 log = logging.getLogger("client")
 
+#: A face's one-server session: the parts of a ShardedParts.
+PartT = TypeVar("PartT", bound="SessionState")
+
 #: Most cleanups a session keeps to send again (``SessionState.defer_cleanup``).
 MAX_DEFERRED = 64
 
@@ -60,6 +64,9 @@ transaction_id)``."""
 class SessionState:
     """The face-independent half of a session: identity, lost-event listeners, keepalive
     bookkeeping. The faces add execute/end and the context manager."""
+
+    #: The face's session port (its client), set by the face.
+    _client: Any
 
     def __init__(
         self,
@@ -93,6 +100,11 @@ class SessionState:
         # release that failed twice): sent again before this session's next call.
         self._deferred: list[tuple[str, list[Statement]]] = []
         core.register_session(self)
+
+    def server_for(self, namespace: str) -> str:
+        """The server (``host:port``, a group: its id) this session's calls in ``namespace``
+        go to."""
+        return self._client.place(namespace).id  # type: ignore[no-any-return]
 
     def defer_cleanup(self, namespace: str, statements: list[Statement]) -> None:
         """Send ``statements`` (idempotent ones: a recipe's cancel or release) again before
@@ -330,23 +342,50 @@ class SessionState:
         self._core.unregister_session(self)
 
 
-class ShardedParts:
+class ShardedParts(Generic[PartT]):
     """What a session of several servers (either face's) adds to its face's session: one
     ordinary session per server it touches (its *parts*, made by the face), and what reads
     them. Listed first among the bases, so these override the one-server versions."""
 
-    _router: Any  # the client of several servers: its RouterPort
-    _parts: dict[ServerGroup, Any]
+    #: The face's one-server session class: a part is ``_part_class(shard, id, max_age,
+    #: description, keepalive)``.
+    _part_class: type[Any]
+    _deliver: Callable[[LockLost], None]
+    _check_open: Callable[[], None]
+    id: str
+    max_age: float
+    description: str
+    _keepalive: bool
+
+    def __init__(
+        self,
+        client: Any,
+        session_id: str | None,
+        max_age: float,
+        description: str,
+        keepalive: bool,
+    ) -> None:
+        super().__init__(client, session_id, max_age, description, keepalive)  # type: ignore[call-arg]
+        self._router = client  # the client of several servers: its (Async)RouterPort
+        self._parts: dict[ServerGroup, PartT] = {}
+        # The sync face makes a part under it (threads may race to make one); the async
+        # face's tasks never take it (a part is made without an await between look and add).
+        self._parts_lock = threading.Lock()
+
+    def _adopt(self, server: ServerGroup, shard: Any) -> PartT:
+        """The part on ``server``: the one made meanwhile, or a new one over ``shard`` (that
+        server's client, opened by the face), whose lost events reach this session."""
+        part = self._parts.get(server)
+        if part is None:
+            part = self._part_class(shard, self.id, self.max_age, self.description, self._keepalive)
+            part.add_lost_listener(self._deliver)
+            self._parts[server] = part
+        return part
 
     @property
     def servers(self) -> tuple[str, ...]:
         """The servers (or groups) this session has been used on so far, by id."""
         return tuple(server.id for server in self._parts)
-
-    def server_for(self, namespace: str) -> str:
-        """The server (``host:port``, a group: its id) this session's calls in ``namespace``
-        go to."""
-        return self._router.place(namespace).id  # type: ignore[no-any-return]
 
     def _guaranteed_until(self, namespace: str) -> float | None:
         part = self._parts.get(self._router.place(namespace))

@@ -17,7 +17,6 @@ this module imports the session module, never the other way round.
 
 from __future__ import annotations
 
-import logging
 import math
 import ssl
 import threading
@@ -26,20 +25,15 @@ from time import monotonic
 from types import TracebackType
 from typing import Any, TypeVar
 
-from protocol import FeedEvent, HoldersPage, Pong, Released, SessionsPage, WaitersPage
+from protocol import FeedEvent
 
 from . import _calls
-from ._core import FeedSink
-from ._errors import ServerUnavailable
+from ._methods import blocking
 from ._placement import ServerGroup, Servers
-from ._sharding import unavailable
 from ._sync_conn import SyncConnector
 from ._sync_session import Session, ShardedSession
-from ._wire import HOLDERS, SESSIONS, WAITERS
 
 __all__ = ["LockClient"]
-
-log = logging.getLogger("client")
 
 T = TypeVar("T")
 
@@ -122,35 +116,18 @@ class LockClient(SyncConnector[Session, "LockClient"]):
 
     # --- public API (what is not here is ClientFace's: welcome, session, servers...) -------------
 
+    ping = blocking(_calls.ping)
+    statistics = blocking(_calls.statistics)
+    end_session = blocking(_calls.end_session)
+
     def shard(self, server: str) -> LockClient:
         """The single-server client of ``server`` (one of :attr:`servers`, or any configured
         member of a group: that group's client), connected now if it was not yet: its
         ``ping``, ``statistics`` and ``welcome`` are that server's. A client of one server
         (or one group) returns itself. ServerUnavailable naming the server when it cannot be
         reached; ValueError for a server not in the list."""
-        address = self._placement.member(server)
-        if self._router is None:
-            return self
-        return self.shard_client(address)
-
-    def ping(self) -> Pong:
-        """Liveness check: the server's ``uptime`` and ``trust``. Touches no session. A
-        client of several servers pings every one of them (ServerUnavailable naming the first
-        that cannot be reached) and returns the Pong of the one with the lowest trust."""
-        return self._drive(_calls.ping(self))
-
-    def statistics(self) -> dict[str, Any]:
-        """The server's statistics (a nested map; PROTOCOL.md lists the keys). A client of
-        several servers returns ``{server: statistics}`` for every server (ServerUnavailable
-        naming the first that cannot be reached)."""
-        return self._drive(_calls.statistics(self))
-
-    def end_session(self, session_id: str) -> bool:
-        """End any session by id (all its entries go at once); False when it did not exist.
-        Prefer ``session.end()`` for your own sessions. A client of several servers ends it on
-        every server (True when some had it); a server that cannot be reached raises
-        ServerUnavailable after the others were asked."""
-        return self._drive(_calls.end_session(self, session_id))
+        address = self._shard_address(server)
+        return self if address is None else self.shard_client(address)
 
     def _in_flight(self) -> int:
         conn = self._conn
@@ -159,85 +136,12 @@ class LockClient(SyncConnector[Session, "LockClient"]):
 
     # --- the operator's calls (docs/operations.md; PROTOCOL.md "Inspection and operations") ---
 
-    def holders(
-        self,
-        namespace: str | None = None,
-        table: str | None = None,
-        var: str | None = None,
-        *,
-        session: str | None = None,
-        match: str | None = None,
-        cursor: str | None = None,
-        limit: int | None = None,
-    ) -> HoldersPage:
-        """A page of the entries held (``table`` and ``var`` are prefixes, ``match`` a
-        substring of a description, ``limit`` 1..1,000, default 100): ``.holders`` and the
-        ``.cursor`` of the next page (None at the end). With tokens, only the namespaces the
-        principal may use. A client of several servers asks the namespace's server, or,
-        without a namespace, each server in turn (its cursor says which)."""
-        args = (namespace, table, var, session, match, cursor, limit)
-        return self._drive(_calls.listing(self, "holders", HOLDERS, *args))  # type: ignore[no-any-return]
-
-    def sessions(
-        self,
-        namespace: str | None = None,
-        table: str | None = None,
-        var: str | None = None,
-        *,
-        session: str | None = None,
-        match: str | None = None,
-        cursor: str | None = None,
-        limit: int | None = None,
-    ) -> SessionsPage:
-        """A page of the sessions (filters as :meth:`holders`; ``namespace``, ``table`` and
-        ``var``: of an entry the session holds): ``.sessions`` and ``.cursor``."""
-        args = (namespace, table, var, session, match, cursor, limit)
-        return self._drive(_calls.listing(self, "sessions", SESSIONS, *args))  # type: ignore[no-any-return]
-
-    def waiters(
-        self,
-        namespace: str | None = None,
-        table: str | None = None,
-        var: str | None = None,
-        *,
-        session: str | None = None,
-        match: str | None = None,
-        cursor: str | None = None,
-        limit: int | None = None,
-    ) -> WaitersPage:
-        """A page of the parked transactions (filters as :meth:`holders`): ``.waiters`` and
-        ``.cursor``."""
-        args = (namespace, table, var, session, match, cursor, limit)
-        return self._drive(_calls.listing(self, "waiters", WAITERS, *args))  # type: ignore[no-any-return]
-
-    def release(
-        self, namespace: str, table: str, var: str, *, session: str | None = None
-    ) -> Released:
-        """Force-release: remove the entries of one variable (only ``session``'s when given),
-        waking its waiters; their holders get a ``lost`` event with reason ``released``. An
-        admin call: with tokens, it needs a token marked ``admin = true`` (else FORBIDDEN).
-        Returns how many entries went and the fence of the change. Never re-sent after a
-        dropped connection (a repeat could remove a later holder's entry)."""
-        return self._drive(_calls.release(self, namespace, table, var, session))
-
-    def subscribe(
-        self, namespace: str, table: str | None = None, *, sink: FeedSink | None = None
-    ) -> int:
-        """Subscribe this client to the change feed of ``namespace`` (one ``table`` of it
-        when given): grants, releases, expiries, lost locks and kills arrive as
-        :class:`~protocol.FeedEvent` values, taken with :meth:`feed_events` (this face reads
-        them while some call, or :meth:`process_events`, reads the connection). Returns the
-        subscription's id. A subscription outlives its connection: after a reconnect the
-        client makes it again, with the same id, before anything else is sent; the events of
-        the gap are not seen (``local_statistics().connections`` tells that one happened).
-        With ``sink`` (a :class:`~client._core.FeedSink`), the events go to it instead of
-        :meth:`feed_events`, and it is told of reconnects."""
-        return self._drive(_calls.subscribe(self, namespace, table, sink))
-
-    def unsubscribe(self, subscription: int) -> bool:
-        """End a subscription; False when the server did not know it (its connection
-        dropped meanwhile, or it ended already)."""
-        return self._drive(_calls.unsubscribe(self, subscription))
+    holders = blocking(_calls.holders)
+    sessions = blocking(_calls.sessions)
+    waiters = blocking(_calls.waiters)
+    release = blocking(_calls.release)
+    subscribe = blocking(_calls.subscribe)
+    unsubscribe = blocking(_calls.unsubscribe)
 
     def _take_feed(self) -> list[FeedEvent]:
         conn = self._conn
@@ -312,10 +216,8 @@ class LockClient(SyncConnector[Session, "LockClient"]):
             shard = self._shards.get(server)
             if shard is None:
                 self.check_open()
-                try:
+                with self._opening(server):
                     shard = LockClient(timeout=self.timeout, **self._shard_options(server))
-                except ServerUnavailable as exc:
-                    raise unavailable(server, exc) from exc
                 self._shards[server] = shard
         if self._closed:  # closed while connecting: close() may have missed it
             shard.close()

@@ -24,11 +24,9 @@ Rules kept:
   closing (e.g. ``SHUTTING_DOWN``), is broken there, and the call reconnects instead of
   losing its request to a server that no longer reads it (no server: ServerUnavailable
   "not sent").
-- A reconnect reports the losses no connection could hear (``ClientCore.reconnected``: a
-  restarted server, an expired session guarantee) before its keepalives go out.
-- A (re)connect goes to a member of the client's entry (a server, or a replicated group's
-  replicas) in the order ``_failover.Members`` gives: one round, each member once; ``host``
-  and ``port`` then name the member in use.
+- A (re)connect goes to a member chosen by ``_calls.open_member`` and reports, as
+  ``ClientFace._reconnected`` says, the losses no connection could hear before its
+  keepalives go out.
 - Nothing but the caller holds the client: keepalive threads hold their session weakly
   (``_sync_session``), and a finalizer closes the socket when an unclosed client is collected
   (it holds the socket, never the client).
@@ -152,12 +150,7 @@ class SyncConnector(ClientFace[SessionT, ShardT]):
                 raise failure
             if value is not RETRY:
                 return value
-            if retried:
-                raise ConnectionLost(
-                    "the connection dropped twice with the same idempotent request in flight"
-                )
-            retried = True
-            self._core.retries += 1
+            retried = self._retried(retried)
 
     def request_batch(self, rids: list[int], data: bytes, timeout: float) -> list[Any]:
         """Session port: send a batch's frames in one ``sendall`` and wait for all its
@@ -171,11 +164,7 @@ class SyncConnector(ClientFace[SessionT, ShardT]):
             outcomes: list[Any] = self._wait(conn, rids[0], deadline, batch)[0]
             if unsent:
                 continue  # nothing went out: safe to send on a new connection
-            if self._closed:
-                for item in outcomes:
-                    if isinstance(item, ConnectionLost):
-                        raise ClientClosed("the client was closed with the batch in flight")
-            return outcomes
+            return self._batch_outcomes(outcomes)
 
     def _send(
         self, rid: int, kind: int, batch: Batch[int] | None, data: bytes

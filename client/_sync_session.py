@@ -25,33 +25,32 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from time import monotonic
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from protocol import Statement, Welcome
 
-from ._calls import (
-    OnPart,
-    Step,
-    keepalive_frame,
-    resend_deferred,
-    run_sync,
-    session_end,
-    sharded_end,
-    sharded_execute,
-    sharded_execute_many,
-)
+from ._calls import Call, OnPart, Op, Step, run_sync
 from ._errors import (
     ClientClosed,
     ClientTimeout,
     ConnectionLost,
     LockClientError,
 )
+from ._methods import blocking
 from ._placement import ServerGroup
-from ._port import RouterPort, SessionPort
+from ._port import SessionPort
 from ._result import Result
+from ._session_calls import (
+    keepalive_frame,
+    resend_deferred,
+    session_end,
+    sharded_end,
+    sharded_execute,
+    sharded_execute_many,
+)
 from ._session_state import BatchCall, SessionState, ShardedParts
 from ._wire import EXECUTE, KEEPALIVE, batch_results
 
@@ -66,6 +65,8 @@ BATCH_CHUNK = 512
 
 log = logging.getLogger("client")
 
+T = TypeVar("T")
+
 
 class Session(SessionState):
     """A session of a :class:`LockClient` (see :meth:`LockClient.session`)."""
@@ -79,7 +80,7 @@ class Session(SessionState):
         keepalive: bool,
     ) -> None:
         super().__init__(client.core, session_id, max_age, description, keepalive)
-        self._client = client
+        self._client: SessionPort = client
         self._last_activity = monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -89,11 +90,6 @@ class Session(SessionState):
         """The :class:`~client.LockClient` this session runs on (its ``welcome`` limits, its
         events), typed as the session's port."""
         return self._client
-
-    def server_for(self, namespace: str) -> str:
-        """The server (``host:port``, a group: its id) this session's calls in ``namespace``
-        go to."""
-        return self._client.place(namespace).id
 
     def welcome_for(self, namespace: str) -> Welcome:
         """The Welcome (limits included) of the server ``namespace`` lives on."""
@@ -214,14 +210,12 @@ class Session(SessionState):
                 break
         return outcomes
 
-    def end(self) -> bool:
-        """End the session now: the server removes all its entries at once. True when the
-        server still had it. Ending twice returns False without a call. If the connection
-        drops with the request in flight it is re-sent once, and may then answer False."""
+    end = blocking(session_end)
+
+    def _drive(self, op: Generator[Call, Any, T]) -> T:
+        """Run a session step of ``_calls`` (its requests) with blocking calls."""
         client = self._client
-        return run_sync(
-            session_end(self), lambda c: client.request(c.kind, c.rid, c.data, client.timeout)
-        )
+        return run_sync(op, lambda c: client.request(c.kind, c.rid, c.data, client.timeout))
 
     def __enter__(self) -> Session:
         return self
@@ -300,7 +294,7 @@ def _keepalive_loop(ref: weakref.ref[Session], stop: threading.Event, interval: 
             stop.wait(delay)
 
 
-class ShardedSession(ShardedParts, Session):
+class ShardedSession(ShardedParts[Session], Session):
     """A session of a :class:`LockClient` of several servers: one id, and on each server it
     touches an ordinary :class:`Session` with that id (its *part*), made by its first call
     there, with its own keepalive and ``valid_until``. Lost events of every part reach this
@@ -308,18 +302,7 @@ class ShardedSession(ShardedParts, Session):
     namespace's server; ``execute_many`` splits the batch by server and answers in the
     caller's order; ``end`` ends every part (docs/client.md#several-servers)."""
 
-    def __init__(
-        self,
-        client: RouterPort,
-        session_id: str | None,
-        max_age: float,
-        description: str,
-        keepalive: bool,
-    ) -> None:
-        super().__init__(client, session_id, max_age, description, keepalive)
-        self._router = client
-        self._parts: dict[ServerGroup, Session] = {}
-        self._parts_lock = threading.Lock()
+    _part_class = Session
 
     def welcome_for(self, namespace: str) -> Welcome:
         return self._part(self._router.place(namespace))._client.welcome
@@ -332,47 +315,18 @@ class ShardedSession(ShardedParts, Session):
         self._check_open()
         shard = self._router.shard_client(server)  # outside the lock: it may connect
         with self._parts_lock:
-            part = self._parts.get(server)
-            if part is None:
-                part = Session(shard, self.id, self.max_age, self.description, self._keepalive)
-                part.add_lost_listener(self._deliver)
-                self._parts[server] = part
-        return part
+            return self._adopt(server, shard)
 
-    def execute(
-        self,
-        namespace: str,
-        statements: Iterable[Statement],
-        *,
-        min_uptime: float = 0.0,
-        min_trust: float = 0.0,
-        description: str = "",
-        transaction_id: str | None = None,
-        wait: float | None = None,
-    ) -> Result:
-        options = (min_uptime, min_trust, description, transaction_id, wait)
-        return run_sync(sharded_execute(self, namespace, statements, options), self._on_part)
-
-    execute.__doc__ = Session.execute.__doc__
+    execute = blocking(sharded_execute)
+    execute_many = blocking(sharded_execute_many)
+    end = blocking(sharded_end)
 
     def defer_cleanup(self, namespace: str, statements: list[Statement]) -> None:
         """As :meth:`Session.defer_cleanup`, on the part of ``namespace``'s server."""
         self._part(self._router.place(namespace)).defer_cleanup(namespace, statements)
 
-    def execute_many(
-        self, calls: Iterable[BatchCall], *, min_uptime: float = 0.0, min_trust: float = 0.0
-    ) -> list[Result]:
-        """As :meth:`Session.execute_many`; the calls of each server go to it as one batch
-        (servers one after another), and the results come back in the caller's order. A
-        server that cannot be reached fails its calls only (ServerUnavailable in the
-        BatchError's ``results``)."""
-        return run_sync(sharded_execute_many(self, calls, min_uptime, min_trust), self._on_part)
-
-    def end(self) -> bool:
-        """End the session on every server it was used on; True when some server still had
-        it. A server that cannot be reached raises ServerUnavailable once the others are
-        ended (there the session expires after ``max_age``)."""
-        return run_sync(sharded_end(self), self._on_part)
+    def _drive(self, op: Op[T]) -> T:
+        return run_sync(op, self._on_part)
 
     def _on_part(self, step: Step) -> Any:
         """The driver of ``_calls``' session steps (``OnPart``)."""

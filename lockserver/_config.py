@@ -52,9 +52,11 @@ __all__ = [
     "ConfigError",
     "ServerConfig",
     "advertised_limits",
+    "engine_limits",
     "load_config",
     "server_version",
     "skip_revisions",
+    "ENGINE_PARTS",
     "ENV_PREFIX",
     "LOG_LEVELS",
     "MAX_PROCESSES",
@@ -296,13 +298,34 @@ LOGGING: Final = "Logging"
 GROUPS: Final = (NETWORK, SECURITY, ENGINE, TRUST, LATENCY, HTTP, LOGGING)
 
 
-def _about(group: str, help: str, *, advertised: bool = False) -> dict[str, Any]:
+#: The parts of the lock core a setting may bound (``_about(engine=...)``): the lock store's
+#: ``EngineLimits``, the wait queue's ``WaitLimits``, the change feed's limits (``LockCore``'s
+#: keywords); :func:`engine_limits` gives each its settings.
+ENGINE_PARTS: Final = ("store", "wait", "feed")
+
+
+def _about(
+    group: str,
+    help: str,
+    *,
+    advertised: bool = False,
+    engine: str | None = None,
+    engine_name: str | None = None,
+) -> dict[str, Any]:
     """The metadata of one setting of ServerConfig, which is declared once: its name and type
     are the field's, its default and bound the field's default and validator; ``help`` is
     its one line in ``lockserver --help``, ``group`` its section there and in
     docs/configuration.md, ``advertised`` whether the welcome and ``stats`` report it among
-    the limits."""
-    return {"group": group, "help": help, "advertised": advertised}
+    the limits, ``engine`` the part of the lock core it bounds (one of ENGINE_PARTS), under
+    ``engine_name`` there when that is not the setting's name."""
+    assert engine is None or engine in ENGINE_PARTS, engine
+    return {
+        "group": group,
+        "help": help,
+        "advertised": advertised,
+        "engine": engine,
+        "engine_name": engine_name,
+    }
 
 
 @attrs.frozen
@@ -388,17 +411,19 @@ class ServerConfig:
     max_sessions: int = attrs.field(
         default=1_000_000,
         validator=_int_at_least(1),
-        metadata=_about(ENGINE, "most live sessions", advertised=True),
+        metadata=_about(ENGINE, "most live sessions", advertised=True, engine="store"),
     )
     max_entries: int = attrs.field(
         default=10_000_000,
         validator=_int_at_least(1),
-        metadata=_about(ENGINE, "most lock entries in the server", advertised=True),
+        metadata=_about(ENGINE, "most lock entries in the server", advertised=True, engine="store"),
     )
     max_entries_per_session: int = attrs.field(
         default=100_000,
         validator=_int_at_least(1),
-        metadata=_about(ENGINE, "most lock entries one session may hold", advertised=True),
+        metadata=_about(
+            ENGINE, "most lock entries one session may hold", advertised=True, engine="store"
+        ),
     )
     max_store_bytes: int = attrs.field(
         default=4 * 1024**3,
@@ -407,6 +432,7 @@ class ServerConfig:
             ENGINE,
             "budget of what the server stores, in bytes; past it: STORE_FULL",
             advertised=True,
+            engine="store",
         ),
     )
     max_session_age: float = attrs.field(
@@ -504,52 +530,78 @@ class ServerConfig:
         default=100_000,
         validator=_int_at_least(1),
         metadata=_about(
-            NETWORK, "most parked (waiting) transactions in the server", advertised=True
+            NETWORK,
+            "most parked (waiting) transactions in the server",
+            advertised=True,
+            engine="wait",
         ),
     )
     max_waiters_per_session: int = attrs.field(
         default=1_000,
         validator=_int_at_least(1),
-        metadata=_about(NETWORK, "most parked transactions of one session", advertised=True),
+        metadata=_about(
+            NETWORK, "most parked transactions of one session", advertised=True, engine="wait"
+        ),
     )
     max_waiters_per_connection: int = attrs.field(
         default=10_000,
         validator=_int_at_least(1),
-        metadata=_about(NETWORK, "most parked transactions of one connection", advertised=True),
+        metadata=_about(
+            NETWORK,
+            "most parked transactions of one connection",
+            advertised=True,
+            engine="wait",
+            engine_name="max_waiters_per_owner",
+        ),
     )
     max_waiting_ops_per_variable: int = attrs.field(
         default=200_000,
         validator=_int_at_least(1),
         metadata=_about(
-            NETWORK, "most weight (ops + 64 each) parked on one variable", advertised=True
+            NETWORK,
+            "most weight (ops + 64 each) parked on one variable",
+            advertised=True,
+            engine="wait",
         ),
     )
     max_waiting_ops_per_session: int = attrs.field(
         default=100_000,
         validator=_int_at_least(1),
         metadata=_about(
-            NETWORK, "most weight of the transactions one session has parked", advertised=True
+            NETWORK,
+            "most weight of the transactions one session has parked",
+            advertised=True,
+            engine="wait",
         ),
     )
     max_waiting_ops_per_principal: int = attrs.field(
         default=10_000_000,
         validator=_int_at_least(1),
         metadata=_about(
-            NETWORK, "most weight of the transactions one principal has parked", advertised=True
+            NETWORK,
+            "most weight of the transactions one principal has parked",
+            advertised=True,
+            engine="wait",
         ),
     )
     max_subscriptions: int = attrs.field(
         default=10_000,
         validator=_int_at_least(1),
         metadata=_about(
-            NETWORK, "most change-feed subscriptions of all connections together", advertised=True
+            NETWORK,
+            "most change-feed subscriptions of all connections together",
+            advertised=True,
+            engine="feed",
         ),
     )
     max_subscriptions_per_principal: int = attrs.field(
         default=2_500,
         validator=_int_at_least(1),
         metadata=_about(
-            NETWORK, "most change-feed subscriptions of one principal (token)", advertised=True
+            NETWORK,
+            "most change-feed subscriptions of one principal (token)",
+            advertised=True,
+            engine="feed",
         ),
     )
     # The spin policy: lockserver.shell._busypoll.
@@ -708,6 +760,19 @@ class ServerConfig:
     )
     #: Constants of the trust monitor (docs/trust.md); their help is TrustSettings' own.
     trust: TrustSettings = attrs.field(factory=TrustSettings, validator=_trust_settings)
+
+
+def engine_limits(config: ServerConfig, part: str) -> dict[str, int]:
+    """The settings that bound ``part`` of the lock core (one of ENGINE_PARTS: declared with
+    ``_about(engine=part)``), by the core's name for each, in the order ServerConfig declares
+    them: ``EngineLimits(**engine_limits(config, "store"))``."""
+    if part not in ENGINE_PARTS:
+        raise ValueError(f"part must be one of {ENGINE_PARTS}, got {part!r}")
+    return {
+        f.metadata["engine_name"] or f.name: getattr(config, f.name)
+        for f in attrs.fields(ServerConfig)
+        if f.metadata.get("engine") == part
+    }
 
 
 def advertised_limits(config: ServerConfig) -> dict[str, Any]:

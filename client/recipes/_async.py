@@ -1,7 +1,7 @@
 """The async face of the recipes: the same locks over an :class:`~client.AsyncSession`.
 
-Why: the transactions (``_kinds``), the grant bookkeeping (``_base``) and the operations
-(``_ops``) are written once for both faces; this module only **drives** the operations with
+Why: as for the sync face (``_sync``), what a recipe decides is written once (its
+transactions, grant bookkeeping and operations); this module only **drives** the operations with
 awaited calls (:meth:`AsyncLock._drive`: cleanup steps shielded and bounded) and signals a
 loss — an event (``trio.Event`` under trio, ``asyncio.Event`` under asyncio) and, inside
 ``async with lock:``, the cancellation of the protected block. Written on anyio like the
@@ -19,10 +19,10 @@ client does not know about.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import anyio
 import anyio.lowlevel
@@ -31,11 +31,12 @@ import trio
 from client._async import AsyncLockClient
 from client._async_session import AsyncSession
 from client._errors import LockClientError
+from client._methods import awaitable
 from protocol import LockLost
 
 from . import _kinds, _ops, _task_kinds
 from ._base import CLEANUP_TIMEOUT, NotAcquired, RecipeCore
-from ._multi import MultiLockBase, ReadWriteBase
+from ._multi import MultiLockBase, ReadWriteBase, try_locks
 
 __all__ = [
     "AsyncLock",
@@ -51,6 +52,33 @@ __all__ = [
 ]
 
 
+async def run_step(step: Any, session: Any, namespace: str) -> Any:
+    """Run one step of an operation in ``session`` and ``namespace``; a cleanup step shielded
+    and bounded by CLEANUP_TIMEOUT (None when that ran out)."""
+    if not step.cleanup:
+        return await step.run(session, namespace)
+    with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
+        return await step.run(session, namespace)
+    return None
+
+
+async def drive(session: Any, namespace: str, op: _ops.Op[_ops.T]) -> _ops.T:
+    """Run an operation of ``_ops`` to its end with awaited calls, in ``session`` and
+    ``namespace`` (a lock's, or those of an object that is not a single grant), cleanup steps
+    shielded and bounded; an operation that made no call still checkpoints."""
+    run = _ops.Run(op, session.client.clock)
+    called = False
+    while (step := run.next()) is not None:
+        called = True
+        try:
+            run.value = await run_step(step, session, namespace)
+        except BaseException as exc:
+            run.error = exc
+    if not called:
+        await anyio.lowlevel.checkpoint()
+    return run.result
+
+
 class AsyncLock(RecipeCore[AsyncSession]):
     """The lock interface every async recipe has."""
 
@@ -59,23 +87,8 @@ class AsyncLock(RecipeCore[AsyncSession]):
     _clock = staticmethod(anyio.current_time)
 
     async def _drive(self, op: _ops.Op[_ops.T]) -> _ops.T:
-        """Run an operation of ``_ops`` to its end with awaited calls, cleanup steps shielded
-        and bounded by CLEANUP_TIMEOUT; an operation that made no call still checkpoints."""
-        run = _ops.Run(op, self._session.client.clock)
-        called = False
-        while (step := run.next()) is not None:
-            called = True
-            try:
-                if not step.cleanup:
-                    run.value = await step.run(self._session, self.namespace)
-                    continue
-                with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
-                    run.value = await step.run(self._session, self.namespace)
-            except BaseException as exc:
-                run.error = exc
-        if not called:
-            await anyio.lowlevel.checkpoint()
-        return run.result
+        """Run an operation of ``_ops`` to its end with awaited calls (:func:`drive`)."""
+        return await drive(self._session, self.namespace, op)
 
     def _new_grant(self) -> None:
         # The running loop's own kind of event (trio.Event under trio, as this face has
@@ -109,25 +122,16 @@ class AsyncLock(RecipeCore[AsyncSession]):
         whatever may have been granted meanwhile (shielded, bounded)."""
         return await self._drive(_ops.acquire(self, blocking, timeout))
 
-    async def release(self) -> bool:
-        """Release in one transaction, as the sync face's ``release()``: True when removed,
-        False without a call when not held, LockLostError when the grant was lost."""
-        return await self._drive(_ops.release(self))
+    release = awaitable(_ops.release)
 
-    async def locked(self) -> bool:
-        """Whether an acquire by this session would fail now (this object's own grant
-        included); one transaction that changes nothing."""
-        return await self._drive(_ops.locked(self))
+    locked = awaitable(_ops.locked)
 
     def check(self) -> None:
         """Raise LockLostError if the current grant has been lost (events are dispatched by
         the client's reader task as they arrive)."""
         self._check()
 
-    async def refresh(self) -> None:
-        """Ask the server whether the grant is still there and move ``valid_for()`` forward;
-        LockLostError when it is gone, nothing when not held."""
-        await self._drive(_ops.refresh(self))
+    refresh = awaitable(_ops.refresh)
 
     async def __aenter__(self) -> Self:
         if self._cm is not None:
@@ -204,9 +208,7 @@ class AsyncStateLock(_task_kinds.TaskClaimKind[AsyncSession], AsyncLock):
             self._set_final_state(state)
         return await super().release()
 
-    async def state(self) -> str:
-        """The task's state now (``in_progress``, ``done`` or ``failed``)."""
-        return await self._drive(_ops.state(self))
+    state = awaitable(_ops.state)
 
 
 class AsyncReadWriteLock(ReadWriteBase[AsyncSession, AsyncReadLock, AsyncWriteLock]):
@@ -222,21 +224,10 @@ class AsyncMultiLock(MultiLockBase[AsyncLockClient, AsyncSession, AsyncLockSet])
 
     _lock_set = AsyncLockSet
 
-    def _open(
-        self, client: AsyncLockClient, max_age: float, description: str, session_id: str
-    ) -> AsyncSession:
-        return client.session(max_age=max_age, description=description, session_id=session_id)
+    try_locks = awaitable(try_locks)
 
-    async def try_locks(
-        self,
-        locks: Mapping[str, str] | Iterable[tuple[str, str]],
-        *,
-        blocking: bool = False,
-        timeout: float | None = None,
-    ) -> str | None:
-        """Take every lock of ``locks`` or none, in one transaction; the stamp, or None."""
-        lock_set = self.lock_set(locks)
-        return self._granted(lock_set) if await lock_set.acquire(blocking, timeout) else None
+    async def _drive(self, op: _ops.Op[_ops.T]) -> _ops.T:
+        return await drive(self.session, self.namespace, op)
 
     async def release_locks(self, stamp: str) -> None:
         """Release the set ``stamp`` names (UnknownStamp, LockLostError as the sync face)."""

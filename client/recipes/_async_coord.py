@@ -1,14 +1,13 @@
 """The async face (trio and asyncio) of the coordination recipes: election, reentrant mutex,
 barriers, latch, group.
 
-Why: their transactions and operations are written once (``_election``, ``_reentrant``,
-``_barrier``, ``_latch``, ``_group``, over ``_ops`` and ``_feed``); this module only **drives**
-them with awaited calls (cleanup steps shielded and bounded, as ``AsyncLock._drive`` does)
-and gives them signatures. :func:`_adrive` runs an operation of an object that is not a
-single grant; :class:`AsyncWatch` runs a watching operation (``observe``, ``watch``) as an
-async iterator and async context manager: its ``Emit`` steps are what ``__anext__`` returns,
-and leaving the ``async with`` (or ``aclose()``) tells the operation to stop and runs its
-cleanup (ending its subscriptions), shielded.
+Why: as for the sync face (``_sync_coord``), the recipes' transactions and operations are
+written once; this module drives them with awaited calls (cleanup steps shielded and bounded, as
+``AsyncLock._drive`` does) and gives them signatures. :func:`~._async.drive` runs an operation
+of an object that is not a single grant; :class:`AsyncWatch` runs a watching operation
+(``observe``, ``watch``) as an async iterator and async context manager: its ``Emit`` steps are
+what ``__anext__`` returns, and leaving the ``async with`` (or ``aclose()``) tells the operation
+to stop and runs its cleanup (ending its subscriptions), shielded.
 
 The protected blocks (``async with election.leadership():``, ``async with reentrant:``,
 ``async with barrier:``, ``async with group.membership():``) run in a cancel scope that a
@@ -27,22 +26,23 @@ import anyio
 import anyio.lowlevel
 
 from client._async_session import AsyncSession
+from client._methods import awaitable
 
 from . import _ops
-from ._async import AsyncLock, AsyncMutex
+from ._async import AsyncLock, AsyncMutex, drive, run_step
 from ._barrier import DoubleBarrierKind, abandon, abandon_block, barrier_wait, enter, leave
-from ._base import CLEANUP_TIMEOUT, NotAcquired
+from ._base import NotAcquired
 from ._election import (
     ElectionKind,
     LeaderChange,
-    LeaderInfo,
     campaign,
     leader,
     observe,
     proclaim,
+    resign,
 )
 from ._feed import Emit, FeedBatch, FeedSinkBase, StopWatching
-from ._group import GroupChange, GroupKind, Member, join, members, update, watch
+from ._group import GroupChange, GroupKind, join, leave_group, members, update, watch
 from ._latch import LatchCore, count_down, latch_count, latch_wait
 from ._reentrant import ReentrantCore, reentrant_acquire, reentrant_locked, reentrant_release
 
@@ -60,30 +60,6 @@ __all__ = [
 T = TypeVar("T")
 
 
-async def _run_step(step: Any, session: Any, namespace: str) -> Any:
-    if not step.cleanup:
-        return await step.run(session, namespace)
-    with anyio.move_on_after(CLEANUP_TIMEOUT, shield=True):
-        return await step.run(session, namespace)
-    return None
-
-
-async def _adrive(session: Any, namespace: str, op: _ops.Op[_ops.T]) -> _ops.T:
-    """Run an operation of ``_ops`` to its end with awaited calls (cleanup steps shielded and
-    bounded); an operation that made no call still checkpoints."""
-    run = _ops.Run(op, session.client.clock)
-    called = False
-    while (step := run.next()) is not None:
-        called = True
-        try:
-            run.value = await _run_step(step, session, namespace)
-        except BaseException as exc:
-            run.error = exc
-    if not called:
-        await anyio.lowlevel.checkpoint()
-    return run.result
-
-
 class AsyncFeedSink(FeedSinkBase):
     """A watcher's sink on the async face: the client's reader task sets an event."""
 
@@ -95,10 +71,6 @@ class AsyncFeedSink(FeedSinkBase):
         event = self._event
         if event is not None:
             event.set()
-
-    def _pending(self) -> bool:
-        with self._mu:
-            return bool(self._events) or self._gap or self._lost
 
     async def next(self, client: Any, timeout: float | None) -> FeedBatch:
         """Wait until something arrived (or ``timeout`` passed)."""
@@ -136,7 +108,7 @@ class AsyncWatch(Generic[T]):
                     value: T = step.value
                     return value
                 try:
-                    run.value = await _run_step(step, self._session, self._namespace)
+                    run.value = await run_step(step, self._session, self._namespace)
                 except BaseException as exc:
                     run.error = exc
         except BaseException:
@@ -157,7 +129,7 @@ class AsyncWatch(Generic[T]):
                 if type(step) is Emit:
                     continue
                 try:
-                    run.value = await _run_step(step, self._session, self._namespace)
+                    run.value = await run_step(step, self._session, self._namespace)
                 except BaseException as exc:
                     run.error = exc
 
@@ -178,23 +150,13 @@ class AsyncElection(ElectionKind[AsyncSession], AsyncLock):
     election.leadership(value):`` runs its block as the leader and cancels it the moment the
     leadership is lost."""
 
-    async def campaign(self, value: Any = None, *, timeout: float | None = None) -> int | None:
-        """Wait until this candidate leads; its term, or None when ``timeout`` ran out.
-        Cancelling the caller withdraws the candidacy (whatever was granted is released)."""
-        return await self._drive(campaign(self, value, timeout))
+    campaign = awaitable(campaign)
 
-    async def proclaim(self, value: Any) -> None:
-        """Publish ``value`` under the same term (RuntimeError when not leading,
-        LockLostError when the leadership was lost)."""
-        await self._drive(proclaim(self, value))
+    proclaim = awaitable(proclaim)
 
-    async def resign(self) -> bool:
-        """Step down; True when this candidate led until now."""
-        return await self.release()
+    resign = awaitable(resign)
 
-    async def leader(self) -> LeaderInfo | None:
-        """The leader now, None when nobody leads (one read)."""
-        return await self._drive(leader(self))
+    leader = awaitable(leader)
 
     def observe(self) -> AsyncWatch[LeaderChange]:
         """The leader now, then each change: ``async with election.observe() as changes:
@@ -223,12 +185,11 @@ class AsyncReentrantMutex(ReentrantCore[AsyncSession, AsyncMutex]):
     def _owner(self) -> Hashable:
         return anyio.get_current_task().id
 
-    def _new_lock(self) -> AsyncMutex:
-        return AsyncMutex(self._session, self.namespace, self.name, **self._options)
+    _lock_class = AsyncMutex
 
     async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Acquire for the calling task (no call when it holds the lock already)."""
-        return await _adrive(
+        return await drive(
             self._session,
             self.namespace,
             reentrant_acquire(self, self._owner(), blocking, timeout),
@@ -236,11 +197,11 @@ class AsyncReentrantMutex(ReentrantCore[AsyncSession, AsyncMutex]):
 
     async def release(self) -> bool:
         """Release once for the calling task; the last release ends the grant."""
-        return await _adrive(self._session, self.namespace, reentrant_release(self, self._owner()))
+        return await drive(self._session, self.namespace, reentrant_release(self, self._owner()))
 
     async def locked(self) -> bool:
         """As :meth:`~client.recipes.ReentrantMutex.locked` (one read)."""
-        return await _adrive(self._session, self.namespace, reentrant_locked(self))
+        return await drive(self._session, self.namespace, reentrant_locked(self))
 
     def check(self) -> None:
         """Raise LockLostError if the calling task's grant has been lost."""
@@ -283,13 +244,9 @@ class AsyncReentrantMutex(ReentrantCore[AsyncSession, AsyncMutex]):
 
 
 class _AsyncBarrierBase(DoubleBarrierKind[AsyncSession], AsyncLock):
-    async def enter(self, timeout: float | None = None) -> bool:
-        """Wait until all the parties have entered; False when ``timeout`` ran out first."""
-        return await self._drive(enter(self, timeout))
+    enter = awaitable(enter)
 
-    async def release(self) -> bool:
-        """Drop out at once, without waiting for the others; True when it was in."""
-        return await self._drive(abandon(self))
+    release = awaitable(abandon)
 
 
 class AsyncDoubleBarrier(_AsyncBarrierBase):
@@ -297,10 +254,7 @@ class AsyncDoubleBarrier(_AsyncBarrierBase):
     enters, runs the block (cancelled when this party's grant is lost), and leaves (drops
     out at once when the block raised)."""
 
-    async def leave(self, timeout: float | None = None) -> bool:
-        """Wait until all the parties have left; False when ``timeout`` ran out first (still
-        leaving: call it again)."""
-        return await self._drive(leave(self, timeout))
+    leave = awaitable(leave)
 
     async def __aenter__(self) -> Self:
         if self._cm is not None:
@@ -334,32 +288,20 @@ class AsyncDoubleBarrier(_AsyncBarrierBase):
 class AsyncBarrier(_AsyncBarrierBase):
     """The async face of :class:`~client.recipes.Barrier` (a cyclic barrier)."""
 
-    async def wait(self, timeout: float | None = None) -> bool:
-        """As :meth:`~client.recipes.Barrier.wait` (False: ``timeout`` ran out first)."""
-        return await self._drive(barrier_wait(self, timeout))
+    wait = awaitable(barrier_wait)
 
 
 class AsyncCountDownLatch(LatchCore[AsyncSession]):
     """The async face of :class:`~client.recipes.CountDownLatch`."""
 
-    def _latch_session(self, max_age: float) -> AsyncSession:
-        client: Any = self._session.client
-        session: AsyncSession = client.session(
-            max_age=max_age, description=self._what, session_id=self.session_id, keepalive=False
-        )
-        return session
+    async def _drive(self, op: _ops.Op[_ops.T]) -> _ops.T:
+        return await drive(self._session, self.namespace, op)
 
-    async def count_down(self) -> int:
-        """Count down once; the count left (0: open)."""
-        return await _adrive(self._session, self.namespace, count_down(self))
+    count_down = awaitable(count_down)
 
-    async def wait(self, timeout: float | None = None) -> bool:
-        """As :meth:`~client.recipes.CountDownLatch.wait` (False: ``timeout`` ran out)."""
-        return await _adrive(self._session, self.namespace, latch_wait(self, timeout))
+    wait = awaitable(latch_wait)
 
-    async def count(self) -> int:
-        """As :meth:`~client.recipes.CountDownLatch.count` (one read)."""
-        return await _adrive(self._session, self.namespace, latch_count(self))
+    count = awaitable(latch_count)
 
 
 class AsyncGroup(GroupKind[AsyncSession], AsyncLock):
@@ -367,22 +309,13 @@ class AsyncGroup(GroupKind[AsyncSession], AsyncLock):
     group.membership(metadata):`` runs its block as a member (cancelled when the membership is
     lost) and leaves at its end."""
 
-    async def join(self, metadata: Any = None) -> bool:
-        """Join with ``metadata``; False when the member id is taken, or this session is a
-        member already."""
-        return await self._drive(join(self, metadata))
+    join = awaitable(join)
 
-    async def leave(self) -> bool:
-        """Leave; True when this member was in the group until now."""
-        return await self.release()
+    leave = awaitable(leave_group)
 
-    async def update(self, metadata: Any) -> None:
-        """Replace this member's metadata."""
-        await self._drive(update(self, metadata))
+    update = awaitable(update)
 
-    async def members(self) -> tuple[Member, ...]:
-        """As :meth:`~client.recipes.Group.members` (one read)."""
-        return await self._drive(members(self))
+    members = awaitable(members)
 
     def watch(self) -> AsyncWatch[GroupChange]:
         """The members now, then each change: ``async with group.watch() as changes: async

@@ -256,10 +256,10 @@ def _watch(b: DoubleBarrierKind[Any]) -> Op[None]:
         b._subscriptions.append((yield SubscribeFeed(table, sink)))
 
 
-def enter(b: DoubleBarrierKind[Any], timeout: float | None) -> Op[bool]:
-    """``enter(timeout)``: True once all the parties have entered; False when ``timeout``
-    ran out first (nothing is left behind: the party did not enter). RuntimeError when this
-    object is in the barrier (or leaving) already."""
+def enter(b: DoubleBarrierKind[Any], timeout: float | None = None) -> Op[bool]:
+    """Wait until all the parties have entered: True; False when ``timeout`` ran out first (nothing
+    is left behind: the party did not enter). RuntimeError when this object is in the barrier (or
+    leaving) already."""
     if b.held and b._leaving:
         raise RuntimeError(f"{b!r} is still leaving the last round: leave() first")
     yield from _watch(b)
@@ -273,8 +273,8 @@ def enter(b: DoubleBarrierKind[Any], timeout: float | None) -> Op[bool]:
     return entered
 
 
-def leave(b: DoubleBarrierKind[Any], timeout: float | None) -> Op[bool]:
-    """``leave(timeout)``: True once every party has left; False when ``timeout`` ran out
+def leave(b: DoubleBarrierKind[Any], timeout: float | None = None) -> Op[bool]:
+    """Wait until every party has left: True; False when ``timeout`` ran out
     first (the party is still leaving: call ``leave`` again). RuntimeError when not in the
     barrier; LockLostError when this party's grant was lost (it is counted out)."""
     ticket = b._start_leave()
@@ -313,8 +313,9 @@ def leave(b: DoubleBarrierKind[Any], timeout: float | None) -> Op[bool]:
 
 
 def abandon(b: DoubleBarrierKind[Any]) -> Op[bool]:
-    """``release()``: drop out of the barrier at once without waiting for the others (they
-    stop counting this party); True when it was in (or leaving). LockLostError when it had
+    """Drop out of the barrier at once, without waiting for the others (they stop
+    counting this party); True when it was in (or leaving; a cyclic barrier between rounds:
+    nothing to do, False). LockLostError when it had
     been counted out already."""
     try:
         return (yield from release(b))
@@ -337,11 +338,11 @@ def _left(b: DoubleBarrierKind[Any]) -> Op[None]:
     b._forget()
 
 
-def barrier_wait(b: DoubleBarrierKind[Any], timeout: float | None) -> Op[bool]:
-    """A cyclic barrier's ``wait(timeout)``: enter, then leave at once; True once all the
-    parties passed. ``timeout`` bounds the wait to enter; the leave that follows waits only for
-    the parties that entered with this one to start leaving too. A party still in (or leaving)
-    a previous round, whose leave failed, finishes that first."""
+def barrier_wait(b: DoubleBarrierKind[Any], timeout: float | None = None) -> Op[bool]:
+    """Wait until all the parties have arrived (a cyclic barrier: enter, then leave at once); True
+    once all passed, False when ``timeout`` ran out first. ``timeout`` bounds the wait to enter; the
+    leave that follows waits only for the parties that entered with this one to start leaving too. A
+    party still in (or leaving) a previous round, whose leave failed, finishes that first."""
     if b.held:
         yield from leave(b, None)
     if not (yield from enter(b, timeout)):

@@ -55,7 +55,7 @@ from protocol import (
 from ._base import LockLostError, OnLost, S, same_value
 from ._feed import Emit, FeedSinkBase, NextFeed, StopWatching, SubscribeFeed, unsubscribe_all
 from ._kinds import _KindInit
-from ._ops import Op, RunTx, acquire
+from ._ops import Op, RunTx, acquire, release
 
 __all__ = [
     "ELECTION_TABLE",
@@ -69,6 +69,7 @@ __all__ = [
     "leader_statements",
     "observe",
     "proclaim",
+    "resign",
 ]
 
 ELECTION_TABLE = "recipes.election"
@@ -233,9 +234,14 @@ class ElectionKind(_KindInit[S]):
         self._check()
 
 
-def campaign(el: ElectionKind[Any], value: Any, timeout: float | None) -> Op[int | None]:
-    """``campaign(value, timeout)``: wait (on the server, in arrival order) until this
-    candidate leads; its term, or None when ``timeout`` ran out first."""
+def campaign(
+    el: ElectionKind[Any], value: Any = None, *, timeout: float | None = None
+) -> Op[int | None]:
+    """Wait (on the server, in arrival order) until this candidate leads, at most
+    ``timeout`` seconds; its term, or None when the time ran out. RuntimeError when it leads
+    (or campaigns) already; LockLostError when it led and lost it without resigning (it is
+    then free). Cancelling the caller (async face) withdraws the candidacy: whatever was
+    granted is released."""
     el._check_campaign(value)
     el._value = value
     granted = yield from acquire(el, True, timeout)
@@ -243,8 +249,8 @@ def campaign(el: ElectionKind[Any], value: Any, timeout: float | None) -> Op[int
 
 
 def proclaim(el: ElectionKind[Any], value: Any) -> Op[None]:
-    """``proclaim(value)``: publish a new value under the same term. RuntimeError when this
-    object does not lead; LockLostError when its leadership was lost."""
+    """Publish ``value`` as the leader's value, under the same term. RuntimeError when
+    this candidate does not lead; LockLostError when its leadership was lost."""
     check_value(value, "value")
     statements = el._proclaim_statements(value)
     result: Result = yield RunTx(statements)
@@ -255,7 +261,8 @@ def proclaim(el: ElectionKind[Any], value: Any) -> Op[None]:
 
 
 def leader(el: ElectionKind[Any]) -> Op[LeaderInfo | None]:
-    """``leader()``: who leads now (one read), None when nobody does."""
+    """The leader now (value, term, session, description, since), None when nobody leads.
+    One read."""
     result: Result = yield RunTx(leader_statements(el.name))
     return leader_from(result, el._wall_clock)
 
@@ -308,3 +315,9 @@ def _differs(a: LeaderInfo | None, b: LeaderInfo | None) -> bool:
     if a is None or b is None:
         return a is not b
     return (a.session, a.term) != (b.session, b.term) or not same_value(a.value, b.value)
+
+
+def resign(el: ElectionKind[Any]) -> Op[bool]:
+    """Step down; True when this candidate led until now. False (without a call) when it did
+    not lead; LockLostError when its leadership had been lost meanwhile."""
+    return (yield from release(el))

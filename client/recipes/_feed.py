@@ -118,6 +118,11 @@ class FeedSinkBase:
         with self._mu:
             return tuple(self._events)
 
+    def _pending(self) -> bool:
+        """True when a watcher has something to take (events, a gap, the loss)."""
+        with self._mu:
+            return bool(self._events) or self._gap or self._lost
+
     def _wake(self) -> None:
         """Wake a watcher waiting in the face's ``next`` (called after every change)."""
         raise NotImplementedError

@@ -58,7 +58,7 @@ from protocol import (
 from ._base import LockLostError, OnLost, S, check_name, same_value
 from ._feed import Emit, FeedSinkBase, NextFeed, StopWatching, SubscribeFeed, unsubscribe_all
 from ._kinds import _KindInit
-from ._ops import Op, RunTx, acquire
+from ._ops import Op, RunTx, acquire, release
 
 __all__ = [
     "GROUP_META_TABLE",
@@ -66,9 +66,10 @@ __all__ = [
     "GroupChange",
     "GroupKind",
     "Member",
+    "join",
+    "leave_group",
     "members",
     "members_from",
-    "join",
     "members_statements",
     "update",
     "watch",
@@ -277,8 +278,8 @@ class GroupKind(_KindInit[S]):
         self._check()
 
 
-def join(g: GroupKind[Any], metadata: Any) -> Op[bool]:
-    """``join(metadata)``: True when this member joined; False when its member id is taken
+def join(g: GroupKind[Any], metadata: Any = None) -> Op[bool]:
+    """Join with ``metadata``: True when this member joined; False when its member id is taken
     by another session, or this session is a member of the group already (``last_result``
     says which: ``failed_statement`` ``"0:/AssertOp/"`` or ``"1:/IfOp/AbortOp/"``).
     RuntimeError when this object has joined already."""
@@ -288,8 +289,8 @@ def join(g: GroupKind[Any], metadata: Any) -> Op[bool]:
 
 
 def update(g: GroupKind[Any], metadata: Any) -> Op[None]:
-    """``update(metadata)``: replace this member's metadata (its membership, ``since`` and
-    fence stay). RuntimeError when not a member; LockLostError when the membership was lost."""
+    """Replace this member's metadata, in one call (its membership, ``since`` and fence
+    stay). RuntimeError when not a member; LockLostError when the membership was lost."""
     check_value(metadata, "metadata")
     statements, new = g._update_statements(metadata)
     result: Result = yield RunTx(statements)
@@ -302,7 +303,7 @@ def update(g: GroupKind[Any], metadata: Any) -> Op[None]:
 
 
 def members(g: GroupKind[Any]) -> Op[tuple[Member, ...]]:
-    """``members()``: the members now, in join order (one read)."""
+    """The members now, in join order (one read)."""
     result: Result = yield RunTx(members_statements(g.name))
     return members_from(result, g._wall_clock)
 
@@ -376,3 +377,9 @@ def watch(g: GroupKind[Any], sink: FeedSinkBase) -> Op[None]:
 def _rejoined(before: Member, after: Member) -> bool:
     """The same session left and joined again between two reads (a new membership)."""
     return before.fence != after.fence
+
+
+def leave_group(g: GroupKind[Any]) -> Op[bool]:
+    """Leave; True when this member was in the group until now (False without a call when it
+    had not joined; LockLostError when its membership had been lost)."""
+    return (yield from release(g))

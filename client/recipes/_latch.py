@@ -31,7 +31,7 @@ Every party must pass the same ``count``.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Generic
+from typing import Any, Generic, cast
 
 from client._errors import ClientTimeout
 from client._result import Result
@@ -133,7 +133,12 @@ class LatchCore(Generic[S]):
         return DEFAULT_LATCH_AGE
 
     def _latch_session(self, max_age: float) -> Any:
-        raise NotImplementedError
+        """The latch's own session (no keepalive: the count-downs expire with it), opened on
+        the client of the party's session (either face's ``session()``: no I/O)."""
+        client: Any = cast(Any, self._session).client
+        return client.session(
+            max_age=max_age, description=self._what, session_id=self.session_id, keepalive=False
+        )
 
     def _count_down_statements(self, made: int) -> list[Statement]:
         name = self.name
@@ -180,7 +185,7 @@ def _own_session(latch: LatchCore[Any]) -> Op[Any]:
 
 
 def count_down(latch: LatchCore[Any]) -> Op[int]:
-    """``count_down()``: one count-down; the count left after it (0: open; a count-down of
+    """Count down once; the count left after it (0: open; a count-down of
     an open latch changes nothing)."""
     own = yield from _own_session(latch)
     made = latch._known
@@ -198,15 +203,15 @@ def count_down(latch: LatchCore[Any]) -> Op[int]:
 
 
 def latch_count(latch: LatchCore[Any]) -> Op[int]:
-    """``count()``: the count-downs still missing (0: open); one read."""
+    """The count-downs still missing (0: open); one read."""
     result: Result = yield RunTx(latch._read_statements())
     latch._known = min(_made(result), latch.total)
     return latch.total - latch._known
 
 
-def latch_wait(latch: LatchCore[Any], timeout: float | None) -> Op[bool]:
-    """``wait(timeout)``: True once the latch is open (at once when it is); False when
-    ``timeout`` ran out first. Waits on the server, touching the latch's session before each
+def latch_wait(latch: LatchCore[Any], timeout: float | None = None) -> Op[bool]:
+    """Wait until the latch is open: True (at once when it is); False when ``timeout`` ran
+    out first. Waits on the server, touching the latch's session before each
     server-side wait so that it outlives the wait."""
     if timeout is not None:
         timeout = seconds("timeout", timeout)

@@ -26,13 +26,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from client._errors import LockClientError
 
 from ._base import OnLost, RecipeCore, UnknownStamp, check_name
+from ._ops import Op, acquire
 
-__all__ = ["MultiLockBase", "ReadWriteBase", "StampRegistry", "app_session_id"]
+__all__ = ["MultiLockBase", "ReadWriteBase", "StampRegistry", "app_session_id", "try_locks"]
 
 T = TypeVar("T")
 C = TypeVar("C")  # the client
@@ -140,8 +141,11 @@ class MultiLockBase(Generic[C, S, L]):
         self._stamps: StampRegistry[L] = StampRegistry()
 
     def _open(self, client: C, max_age: float, description: str, session_id: str) -> S:
-        """The application's session on ``client`` (the face's call)."""
-        raise NotImplementedError
+        """The application's session on ``client`` (either face's ``session()``: no I/O)."""
+        opened: S = cast(Any, client).session(
+            max_age=max_age, description=description, session_id=session_id
+        )
+        return opened
 
     def lock_set(self, locks: Mapping[str, str] | Iterable[tuple[str, str]]) -> L:
         """A lock object for the set ``locks`` in this application's session."""
@@ -184,3 +188,17 @@ class MultiLockBase(Generic[C, S, L]):
         return (
             f"<{type(self).__name__} {self.namespace} app={self.app_id} stamps={len(self._stamps)}>"
         )
+
+
+def try_locks(
+    m: MultiLockBase[Any, Any, Any],
+    locks: Mapping[str, str] | Iterable[tuple[str, str]],
+    *,
+    blocking: bool = False,
+    timeout: float | None = None,
+) -> Op[str | None]:
+    """Take every lock of ``locks`` or none, in one transaction; the stamp, or None when
+    not granted. Tries once unless ``blocking`` (then as ``acquire``)."""
+    lock_set = m.lock_set(locks)
+    granted = yield from acquire(lock_set, blocking, timeout)
+    return m._granted(lock_set) if granted else None

@@ -236,8 +236,9 @@ def acquire(lock: RecipeCore[Any], blocking: bool, timeout: float | None) -> Op[
 
 
 def release(lock: RecipeCore[Any]) -> Op[bool]:
-    """``release()``: True when this grant's entries were removed; False without a call when
-    not held; LockLostError when the grant was lost."""
+    """Release in one transaction; True when this grant's entries were removed. False
+    (without a call) when not held. Raises LockLostError when the grant was lost (the local
+    state is cleared either way)."""
     statements = lock._start_release()
     if statements is None:
         return False
@@ -285,16 +286,17 @@ def exit_block(lock: RecipeCore[Any], failed: bool) -> Op[None]:
 
 
 def locked(lock: RecipeCore[Any]) -> Op[bool]:
-    """``locked()``: True when an acquire by this session would not succeed now; one
-    transaction that changes nothing."""
+    """True when an acquire by this session would not succeed right now (held by someone,
+    this object included). One transaction that changes nothing."""
     statements = lock._probe_statements()
     result: Result = yield RunTx(statements)
     return lock._probe_locked(result, statements)
 
 
 def refresh(lock: RecipeCore[Any]) -> Op[None]:
-    """``refresh()``: confirm the grant with the server and move ``valid_for()`` forward;
-    LockLostError when it is gone; nothing when not held."""
+    """Confirm with the server that the grant is still there, and move ``valid_for()``
+    forward (the session was just touched). Raises LockLostError when it is gone. No-op when
+    not held."""
     statements = lock._refresh_statements()
     if statements is None:
         return
@@ -303,6 +305,7 @@ def refresh(lock: RecipeCore[Any]) -> Op[None]:
 
 
 def state(lock: TaskClaimKind[Any]) -> Op[str]:
-    """``StateLock.state()``: the task's state now."""
+    """The task's state now: ``in_progress`` while claimed (by anyone), else the newest
+    final state recorded (``done`` when none)."""
     result: Result = yield RunTx(lock._state_statements())
     return task_state(result.get("claim"), result.get("states"))

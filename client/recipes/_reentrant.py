@@ -34,7 +34,7 @@ shared between owners. A flag would make one class keep two sets of rules.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
 from client._session_state import SessionState
@@ -102,8 +102,11 @@ class ReentrantCore(Generic[S, L]):
     def _owner(self) -> Hashable:
         raise NotImplementedError
 
+    #: The face's mutex class, made as ``_lock_class(session, namespace, name, **options)``.
+    _lock_class: Callable[..., L]
+
     def _new_lock(self) -> L:
-        raise NotImplementedError
+        return self._lock_class(self._session, self.namespace, self.name, **self._options)
 
     # --- state of the calling owner -------------------------------------------------------
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Mapping
 from time import monotonic
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from client._errors import LockClientError
+from client._methods import blocking
 from client._sync import LockClient
 from client._sync_session import Session
 
@@ -37,7 +37,7 @@ from ._kinds import (
     SemaphoreKind,
     WriteKind,
 )
-from ._multi import MultiLockBase, ReadWriteBase
+from ._multi import MultiLockBase, ReadWriteBase, try_locks
 from ._task_kinds import TaskClaimKind, TimeWindowKind
 
 __all__ = [
@@ -54,6 +54,19 @@ __all__ = [
 ]
 
 
+def drive(session: Any, namespace: str, op: _ops.Op[_ops.T]) -> _ops.T:
+    """Run an operation of ``_ops`` to its end with blocking calls, in ``session`` and
+    ``namespace`` (a lock's, or those of an object that is not a single grant: the reentrant
+    mutex's owners, the latch's own session)."""
+    run = _ops.Run(op, monotonic)
+    while (step := run.next()) is not None:
+        try:
+            run.value = step.run(session, namespace)
+        except BaseException as exc:
+            run.error = exc
+    return run.result
+
+
 class SyncLock(RecipeCore[Session]):
     """The blocking lock interface every sync recipe has (``threading.Lock`` conventions)."""
 
@@ -61,13 +74,7 @@ class SyncLock(RecipeCore[Session]):
 
     def _drive(self, op: _ops.Op[_ops.T]) -> _ops.T:
         """Run an operation of ``_ops`` to its end with blocking calls."""
-        run = _ops.Run(op, monotonic)
-        while (step := run.next()) is not None:
-            try:
-                run.value = step.run(self._session, self.namespace)
-            except BaseException as exc:
-                run.error = exc
-        return run.result
+        return drive(self._session, self.namespace, op)
 
     def _new_grant(self) -> None:
         self._lost_signal = threading.Event()
@@ -94,16 +101,9 @@ class SyncLock(RecipeCore[Session]):
         """
         return self._drive(_ops.acquire(self, blocking, timeout))
 
-    def release(self) -> bool:
-        """Release in one transaction; True when this grant's entries were removed. False
-        (without a call) when not held. Raises LockLostError when the grant was lost (the
-        local state is cleared either way)."""
-        return self._drive(_ops.release(self))
+    release = blocking(_ops.release)
 
-    def locked(self) -> bool:
-        """True when an acquire by this session would not succeed right now (held by someone,
-        this object included). One transaction that changes nothing."""
-        return self._drive(_ops.locked(self))
+    locked = blocking(_ops.locked)
 
     def check(self) -> None:
         """Raise LockLostError if the current grant has been lost. Reads the events that have
@@ -112,11 +112,7 @@ class SyncLock(RecipeCore[Session]):
             self._session.client.process_events(0.0)
         self._check()
 
-    def refresh(self) -> None:
-        """Confirm with the server that the grant is still there, and move ``valid_for()``
-        forward (the session was just touched). Raises LockLostError when it is gone. No-op
-        when not held."""
-        self._drive(_ops.refresh(self))
+    refresh = blocking(_ops.refresh)
 
     def __enter__(self) -> Self:
         if not self.acquire():
@@ -181,10 +177,7 @@ class StateLock(TaskClaimKind[Session], SyncLock):
             self._set_final_state(state)
         return super().release()
 
-    def state(self) -> str:
-        """The task's state now: ``in_progress`` while claimed (by anyone), else the newest
-        final state recorded (``done`` when none)."""
-        return self._drive(_ops.state(self))
+    state = blocking(_ops.state)
 
 
 class ReadWriteLock(ReadWriteBase[Session, ReadLock, WriteLock]):
@@ -209,22 +202,10 @@ class MultiLock(MultiLockBase[LockClient, Session, LockSet]):
 
     _lock_set = LockSet
 
-    def _open(
-        self, client: LockClient, max_age: float, description: str, session_id: str
-    ) -> Session:
-        return client.session(max_age=max_age, description=description, session_id=session_id)
+    try_locks = blocking(try_locks)
 
-    def try_locks(
-        self,
-        locks: Mapping[str, str] | Iterable[tuple[str, str]],
-        *,
-        blocking: bool = False,
-        timeout: float | None = None,
-    ) -> str | None:
-        """Take every lock of ``locks`` or none, in one transaction; the stamp, or None when
-        not granted. Tries once unless ``blocking`` (then as ``acquire``)."""
-        lock_set = self.lock_set(locks)
-        return self._granted(lock_set) if lock_set.acquire(blocking, timeout) else None
+    def _drive(self, op: _ops.Op[_ops.T]) -> _ops.T:
+        return drive(self.session, self.namespace, op)
 
     def release_locks(self, stamp: str) -> None:
         """Release the set ``stamp`` names, in one transaction. UnknownStamp when this

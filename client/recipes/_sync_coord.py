@@ -3,7 +3,7 @@
 Why: their transactions and operations are written once (``_election``, ``_reentrant``,
 ``_barrier``, ``_latch``, ``_group``, over ``_ops`` and ``_feed``); this module only **drives**
 them with blocking calls and gives them signatures. Two drivers beside ``SyncLock._drive``:
-:func:`_drive` runs an operation of an object that is not a single grant (the reentrant
+:func:`~._sync.drive` runs an operation of an object that is not a single grant (the reentrant
 mutex's owners, the latch's own session), and :func:`_iterate` turns a watching operation
 (``observe``, ``watch``) into a generator: its ``Emit`` steps are yielded to the caller, and
 when the caller stops (``break``, ``close()``), the operation is told to stop and its cleanup
@@ -23,6 +23,7 @@ from time import monotonic
 from types import TracebackType
 from typing import Any, Self
 
+from client._methods import blocking
 from client._sync_session import Session
 
 from . import _ops
@@ -31,17 +32,17 @@ from ._base import NotAcquired
 from ._election import (
     ElectionKind,
     LeaderChange,
-    LeaderInfo,
     campaign,
     leader,
     observe,
     proclaim,
+    resign,
 )
 from ._feed import Emit, FeedBatch, FeedSinkBase, StopWatching
-from ._group import GroupChange, GroupKind, Member, join, members, update, watch
+from ._group import GroupChange, GroupKind, join, leave_group, members, update, watch
 from ._latch import LatchCore, count_down, latch_count, latch_wait
 from ._reentrant import ReentrantCore, reentrant_acquire, reentrant_locked, reentrant_release
-from ._sync import Mutex, SyncLock
+from ._sync import Mutex, SyncLock, drive
 
 __all__ = [
     "Barrier",
@@ -56,17 +57,6 @@ __all__ = [
 #: How long a watcher sleeps on its sink while another thread holds the connection's reader
 #: role before it looks again (that thread may stop reading without anything arriving).
 _READER_NAP = 0.05
-
-
-def _drive(session: Any, namespace: str, op: _ops.Op[_ops.T]) -> _ops.T:
-    """Run an operation of ``_ops`` to its end with blocking calls."""
-    run = _ops.Run(op, monotonic)
-    while (step := run.next()) is not None:
-        try:
-            run.value = step.run(session, namespace)
-        except BaseException as exc:
-            run.error = exc
-    return run.result
 
 
 def _iterate(session: Any, namespace: str, op: _ops.Op[None]) -> Iterator[Any]:
@@ -104,10 +94,6 @@ class SyncFeedSink(FeedSinkBase):
         with self._cond:
             self._cond.notify_all()
 
-    def _pending(self) -> bool:
-        with self._mu:
-            return bool(self._events) or self._gap or self._lost
-
     def next(self, client: Any, timeout: float | None) -> FeedBatch:
         """Wait until something arrived (or ``timeout`` passed): read the connection while
         no other thread does, else sleep on the condition the reading thread signals."""
@@ -138,26 +124,13 @@ class Election(ElectionKind[Session], SyncLock):
     The leadership is a grant: it is lost with the session (expiry, ``end``, an operator's
     ``lockctl release``), which ``lost``, ``on_lost`` and ``check()`` report."""
 
-    def campaign(self, value: Any = None, *, timeout: float | None = None) -> int | None:
-        """Wait until this candidate leads (at most ``timeout`` seconds, on the server);
-        its term, or None when the time ran out. RuntimeError when it leads (or campaigns)
-        already; LockLostError when it led and lost it without resigning (it is then free)."""
-        return self._drive(campaign(self, value, timeout))
+    campaign = blocking(campaign)
 
-    def proclaim(self, value: Any) -> None:
-        """Publish ``value`` as the leader's value, under the same term. RuntimeError when
-        this candidate does not lead; LockLostError when its leadership was lost."""
-        self._drive(proclaim(self, value))
+    proclaim = blocking(proclaim)
 
-    def resign(self) -> bool:
-        """Step down; True when this candidate led until now. False (without a call) when it
-        did not lead; LockLostError when its leadership had been lost meanwhile."""
-        return self.release()
+    resign = blocking(resign)
 
-    def leader(self) -> LeaderInfo | None:
-        """The leader now (value, term, session, description, since), None when nobody leads.
-        One read."""
-        return self._drive(leader(self))
+    leader = blocking(leader)
 
     def observe(self) -> Iterator[LeaderChange]:
         """The leader now, then each change of leader, term or value, from the change feed
@@ -191,14 +164,13 @@ class ReentrantMutex(ReentrantCore[Session, Mutex]):
     def _owner(self) -> Hashable:
         return threading.get_ident()
 
-    def _new_lock(self) -> Mutex:
-        return Mutex(self._session, self.namespace, self.name, **self._options)
+    _lock_class = Mutex
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Acquire for the calling thread: at once (no call) when it holds the lock
         already, else as :meth:`Mutex.acquire`. LockLostError when the thread's grant was
         lost (release what it holds)."""
-        return _drive(
+        return drive(
             self._session,
             self.namespace,
             reentrant_acquire(self, self._owner(), blocking, timeout),
@@ -207,11 +179,11 @@ class ReentrantMutex(ReentrantCore[Session, Mutex]):
     def release(self) -> bool:
         """Release once for the calling thread; the last release ends the grant (one call;
         LockLostError when it was lost). RuntimeError when the thread does not hold it."""
-        return _drive(self._session, self.namespace, reentrant_release(self, self._owner()))
+        return drive(self._session, self.namespace, reentrant_release(self, self._owner()))
 
     def locked(self) -> bool:
         """True when an acquire by a new owner would not succeed now (one read)."""
-        return _drive(self._session, self.namespace, reentrant_locked(self))
+        return drive(self._session, self.namespace, reentrant_locked(self))
 
     def check(self) -> None:
         """Raise LockLostError if the calling thread's grant has been lost."""
@@ -247,21 +219,11 @@ class DoubleBarrier(DoubleBarrierKind[Session], SyncLock):
     party per session. ``with barrier:`` enters, and leaves at the end (or, when the block
     raised, drops out at once without waiting: ``release()``)."""
 
-    def enter(self, timeout: float | None = None) -> bool:
-        """Wait until all the parties have entered; False when ``timeout`` ran out first
-        (the party did not enter)."""
-        return self._drive(enter(self, timeout))
+    enter = blocking(enter)
 
-    def leave(self, timeout: float | None = None) -> bool:
-        """Wait until all the parties have left; False when ``timeout`` ran out first (the
-        party is still leaving: call ``leave`` again). LockLostError when this party was
-        counted out (its session lost its entry)."""
-        return self._drive(leave(self, timeout))
+    leave = blocking(leave)
 
-    def release(self) -> bool:
-        """Drop out at once, without waiting for the others (they stop counting this party);
-        True when it was in the barrier. LockLostError when it had been counted out."""
-        return self._drive(abandon(self))
+    release = blocking(abandon)
 
     def __enter__(self) -> Self:
         if not self.enter():
@@ -286,13 +248,9 @@ class Barrier(DoubleBarrierKind[Session], SyncLock):
     called it, then all go on, and the barrier is ready for the next round. One party per
     session."""
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until all the parties have arrived; False when ``timeout`` ran out first."""
-        return self._drive(barrier_wait(self, timeout))
+    wait = blocking(barrier_wait)
 
-    def release(self) -> bool:
-        """Drop out at once (between rounds: nothing to do; False)."""
-        return self._drive(abandon(self))
+    release = blocking(abandon)
 
 
 class CountDownLatch(LatchCore[Session]):
@@ -301,24 +259,14 @@ class CountDownLatch(LatchCore[Session]):
     latch (its own session), not to the party that made them. Every party passes the same
     ``count``."""
 
-    def _latch_session(self, max_age: float) -> Session:
-        client: Any = self._session.client
-        session: Session = client.session(
-            max_age=max_age, description=self._what, session_id=self.session_id, keepalive=False
-        )
-        return session
+    def _drive(self, op: _ops.Op[_ops.T]) -> _ops.T:
+        return drive(self._session, self.namespace, op)
 
-    def count_down(self) -> int:
-        """Count down once; the count left (0: open). No effect on an open latch."""
-        return _drive(self._session, self.namespace, count_down(self))
+    count_down = blocking(count_down)
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait (on the server) until the latch is open; False when ``timeout`` ran out."""
-        return _drive(self._session, self.namespace, latch_wait(self, timeout))
+    wait = blocking(latch_wait)
 
-    def count(self) -> int:
-        """The count-downs still missing (0: open). One read."""
-        return _drive(self._session, self.namespace, latch_count(self))
+    count = blocking(latch_count)
 
 
 class Group(GroupKind[Session], SyncLock):
@@ -327,24 +275,13 @@ class Group(GroupKind[Session], SyncLock):
     ``members()``, ``watch()``. A member whose session dies leaves by itself, and the
     watchers hear why."""
 
-    def join(self, metadata: Any = None) -> bool:
-        """Join with ``metadata``; False when the member id is taken by another session, or
-        this session is a member already. RuntimeError when this object has joined."""
-        return self._drive(join(self, metadata))
+    join = blocking(join)
 
-    def leave(self) -> bool:
-        """Leave; True when this member was in the group until now (False without a call
-        when it had not joined; LockLostError when its membership had been lost)."""
-        return self.release()
+    leave = blocking(leave_group)
 
-    def update(self, metadata: Any) -> None:
-        """Replace this member's metadata (one call). RuntimeError when not a member;
-        LockLostError when its membership was lost."""
-        self._drive(update(self, metadata))
+    update = blocking(update)
 
-    def members(self) -> tuple[Member, ...]:
-        """The members now, in join order (one read)."""
-        return self._drive(members(self))
+    members = blocking(members)
 
     def watch(self) -> Iterator[GroupChange]:
         """The members now (all as ``joined``), then each change: an iterator of

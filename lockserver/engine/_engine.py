@@ -235,8 +235,8 @@ class Engine:
 
     @property
     def changed(self) -> AbstractSet[Key]:
-        """The variables changed since the last ``drain_changes`` (a view: read it, take it
-        with ``drain_changes``)."""
+        """The variables changed since the last ``drain_changes`` or ``clear_changes`` (a
+        view: read it, take it with ``drain_changes`` or forget it with ``clear_changes``)."""
         return self.store.changed
 
     @property
@@ -301,6 +301,12 @@ class Engine:
         store = self.store
         store.ended.clear()
         store.track_changes = False
+
+    def clear_changes(self) -> None:
+        """Forget the variables changed since the last ``drain_changes`` / ``clear_changes``,
+        in place: the wait queue reads them through ``changed`` and then clears them, so a
+        pass (one per request while something is parked) makes no new set."""
+        self.store.changed.clear()
 
     def drain_ended(self) -> list[str]:
         """Take the ids of the sessions ended since the last call, in the order they ended

@@ -521,7 +521,7 @@ class WaitQueue:
         answers: list[Answer] = []
         engine = self.engine
         if not self._by_token:
-            engine.drain_changes()
+            engine.clear_changes()
             engine.unwatch_changes()
             return answers
         deadlines = self._deadlines
@@ -535,7 +535,7 @@ class WaitQueue:
                 if key in by_key:
                     break
             else:
-                engine.drain_changes()
+                engine.clear_changes()
                 return answers
         engine.sweep(now)
         self._drop_dead_sessions(now, answers)
@@ -551,7 +551,8 @@ class WaitQueue:
         # Versions make a cascade cost one evaluation per waiter per change it has not seen:
         # a waiter evaluated after a grant already saw that grant's change.
         self._version += 1
-        stamps = dict.fromkeys(engine.drain_changes(), self._version)
+        stamps = dict.fromkeys(engine.changed, self._version)
+        engine.clear_changes()
         pending = set(stamps)
         while pending:
             candidates: dict[int, _Waiter] = {}
@@ -588,12 +589,13 @@ class WaitQueue:
                 self._granted_total += 1
                 self._observe(now - w.parked_at)
                 answers.append((w.token, result))
-                changed = engine.drain_changes()
+                changed = engine.changed
                 if changed:
                     self._version += 1
                     for key in changed:
                         stamps[key] = self._version
                     pending |= changed
+                    engine.clear_changes()
             self._drop_dead_sessions(now, answers)
         if not self._by_token:
             engine.unwatch_changes()

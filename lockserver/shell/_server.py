@@ -96,6 +96,7 @@ from lockserver._config import (
     ConfigError,
     ServerConfig,
     advertised_limits,
+    engine_limits,
     server_version,
     skip_revisions,
 )
@@ -318,36 +319,9 @@ def _genesis(config: ServerConfig) -> Genesis:
         started_at=time.time(),
         instance=secrets.token_hex(8),
         authenticated=bool(config.tokens),
-        limits={**_engine_limits(config), **_feed_limits(config)},
-        wait_limits=_wait_limits(config),
+        limits={**engine_limits(config, "store"), **engine_limits(config, "feed")},
+        wait_limits=engine_limits(config, "wait"),
     )
-
-
-def _engine_limits(config: ServerConfig) -> dict[str, int]:
-    return {
-        "max_sessions": config.max_sessions,
-        "max_entries": config.max_entries,
-        "max_entries_per_session": config.max_entries_per_session,
-        "max_store_bytes": config.max_store_bytes,
-    }
-
-
-def _feed_limits(config: ServerConfig) -> dict[str, int]:
-    return {
-        "max_subscriptions": config.max_subscriptions,
-        "max_subscriptions_per_principal": config.max_subscriptions_per_principal,
-    }
-
-
-def _wait_limits(config: ServerConfig) -> dict[str, int]:
-    return {
-        "max_waiters": config.max_waiters,
-        "max_waiters_per_session": config.max_waiters_per_session,
-        "max_waiters_per_owner": config.max_waiters_per_connection,
-        "max_waiting_ops_per_variable": config.max_waiting_ops_per_variable,
-        "max_waiting_ops_per_session": config.max_waiting_ops_per_session,
-        "max_waiting_ops_per_principal": config.max_waiting_ops_per_principal,
-    }
 
 
 class Server:
@@ -384,10 +358,10 @@ class Server:
                 started_at=now,
                 host=self.hostname,
                 fence_epoch=fence_epoch,
-                limits=EngineLimits(**_engine_limits(config)),
-                wait_limits=WaitLimits(**_wait_limits(config)),
+                limits=EngineLimits(**engine_limits(config, "store")),
+                wait_limits=WaitLimits(**engine_limits(config, "wait")),
                 authenticated=auth is not None,
-                **_feed_limits(config),
+                **engine_limits(config, "feed"),
             )
         else:
             # The group's state, behind the same calls (answers come as the log is applied).

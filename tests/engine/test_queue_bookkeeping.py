@@ -76,6 +76,28 @@ def test_watching_collects_changes_and_ended_sessions_until_unwatched() -> None:
     assert not engine.changed and not engine.ended_sessions
 
 
+def test_clear_changes_empties_the_view_in_place() -> None:
+    """``clear_changes`` forgets the changes collected without making a new set: a view
+    taken before it is empty after it and shows the next change (the wait queue reads
+    ``changed`` and clears it, once per pass); ``drain_changes`` then takes only what came
+    after; clearing with nothing collected, or while not watching, changes nothing."""
+    engine = make_engine()
+    engine.clear_changes()
+    assert not engine.changed
+    engine.watch_changes()
+    run(engine, "a", Assert(SetVar("T", "x", 1)))
+    view = engine.changed
+    assert set(view) == {(NS, "T", "x")}
+    engine.clear_changes()
+    assert not view and engine.changed is view and engine.track_changes
+    run(engine, "a", Assert(SetVar("T", "y", 1)))
+    assert set(view) == {(NS, "T", "y")}
+    assert engine.drain_changes() == {(NS, "T", "y")}
+    engine.unwatch_changes()
+    engine.clear_changes()
+    assert not engine.changed and not engine.track_changes
+
+
 def _reaches_engine(node: ast.AST) -> bool:
     """Whether an expression is the engine or is reached through it (``engine.x``,
     ``self.engine.x[k]``, ``engine.x.y``...)."""

@@ -11,9 +11,20 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
+from support import TEST_CONFIG, start_server
 
 from lockserver import ServerConfig, TrustSettings
-from lockserver._config import _SETTINGS, GROUPS, _Setting, advertised_limits, load_config
+from lockserver._config import (
+    _SETTINGS,
+    ENGINE_PARTS,
+    GROUPS,
+    _Setting,
+    advertised_limits,
+    engine_limits,
+    load_config,
+)
+from lockserver.engine import EngineLimits, LockCore, WaitLimits
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "configuration.md"
@@ -177,3 +188,46 @@ def test_advertised_limits_are_the_welcome_limits_in_their_order() -> None:
     limits = advertised_limits(config)
     assert list(limits) == WELCOME_LIMITS
     assert limits == {name: getattr(config, name) for name in WELCOME_LIMITS}
+
+
+def test_engine_limits_are_every_limit_of_each_part_of_the_core() -> None:
+    """engine_limits gives, for each part of the lock core, exactly the fields of its limits
+    record (EngineLimits, WaitLimits) in their order, or the door's subscription keywords,
+    under the core's names (the ``max_waiters_per_connection`` setting is the wait queue's
+    ``max_waiters_per_owner``), with the configuration's values: a limit added to the core
+    without a setting, or a setting marked for a limit the core lacks, fails here."""
+    config = ServerConfig(
+        max_store_bytes=2**30, max_waiters_per_connection=7, max_subscriptions_per_principal=3
+    )
+    store = engine_limits(config, "store")
+    assert list(store) == [f.name for f in attrs.fields(EngineLimits)]
+    assert EngineLimits(**store).max_store_bytes == 2**30
+    wait = engine_limits(config, "wait")
+    assert list(wait) == [f.name for f in attrs.fields(WaitLimits)]
+    assert WaitLimits(**wait).max_waiters_per_owner == 7
+    feed = engine_limits(config, "feed")
+    assert feed == {"max_subscriptions": 10_000, "max_subscriptions_per_principal": 3}
+    door = LockCore(started_at=0.0, **feed)  # the door's keywords (either build)
+    assert door._max_subscriptions_per_principal == 3
+    assert ENGINE_PARTS == ("store", "wait", "feed")
+
+
+def test_engine_limits_refuses_a_part_the_core_does_not_have() -> None:
+    """Asking for an unknown part is a programming error named as such, not an empty map."""
+    with pytest.raises(ValueError, match="part must be one of"):
+        engine_limits(ServerConfig(), "engine")
+
+
+async def test_a_server_applies_the_configured_limits_to_its_core(nursery: trio.Nursery) -> None:
+    """The shell builds its lock core from engine_limits: a server started with non-default
+    limits has them in its engine, its wait queue and its door."""
+    config = attrs.evolve(
+        TEST_CONFIG, max_sessions=123, max_waiting_ops_per_session=4567, max_subscriptions=89
+    )
+    running = await start_server(nursery, config=config)
+    core = running.core
+    assert isinstance(core, LockCore)
+    assert core.engine.limits == EngineLimits(**engine_limits(config, "store"))
+    assert core.engine.limits.max_sessions == 123
+    assert core.waits.limits.max_waiting_ops_per_session == 4567
+    assert core._max_subscriptions == 89
