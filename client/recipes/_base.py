@@ -32,15 +32,10 @@ Rules kept:
   entry's ``expires_at``) is a conservative local deadline; no wall clocks are compared.
 - Blocking acquires never poll: each attempt asks the server to park the transaction
   (``wait``) up to its ``max_wait``; only an attempt that ran out of server wait is re-sent.
-- An acquire whose outcome is unknown is **cancelled**, not merely cleaned up: every acquire
-  call has a fresh cancel key, its transaction ends with ``Assert(Not(Exists(
-  CANCELLED_TABLE, key)))``, and the cancel is one transaction that leaves a tombstone of the
-  key (an entry of the session, so it ends with the session) and removes the ticket's
-  entries. Wherever the two are ordered (one server's serial execution, a replicated group's
-  log), either the acquire came first and the cancel removes its grant, or the cancel came
-  first and the acquire, applied late (a reply lost, a replica's proposal still pending, a
-  request unread on a dead connection), aborts at its last statement. No grant can outlive
-  a cancel in a session that lives on (issue 31, finding 3 of the fault lab).
+- An acquire whose outcome is unknown is **cancelled**: its transaction ends asserting that
+  no tombstone of its call's fresh cancel key exists, and the cancel sets that tombstone (an
+  entry of the session) and removes the ticket's entries in one transaction; in whichever
+  order the two apply, no grant outlives the cancel (docs/recipes.md, "Unknown outcomes").
 """
 
 from __future__ import annotations
@@ -65,7 +60,6 @@ from protocol import (
     Exists,
     HolderInfo,
     LockLost,
-    Not,
     SelectOperatorValue,
     SetVar,
     Statement,
@@ -84,7 +78,9 @@ from ._values import (
     S,
     UnknownStamp,
     check_name,
+    local_deadline,
     max_wait_of,
+    not_cancelled,
     same_value,
     seconds,
 )
@@ -305,7 +301,7 @@ class RecipeCore(LostTracking[S]):
         self._listen()
         deadline = None if timeout is None else now + timeout
         key = uuid.uuid4().hex
-        statements = [*self._acquire_statements(ticket), _not_cancelled(key)]
+        statements = [*self._acquire_statements(ticket), not_cancelled(key)]
         return AcquirePlan(ticket, statements, blocking, deadline, key)
 
     def _late_grant(self, plan: AcquirePlan, result: Result, now: float) -> bool:
@@ -347,8 +343,8 @@ class RecipeCore(LostTracking[S]):
                 self._fence = result.fence
                 self._lost = False
                 self._lost_info = None
-                self._session_deadline = _deadline(result, sent_at, result.valid_until)
-                self._entry_deadline = _deadline(result, sent_at, expires_at)
+                self._session_deadline = local_deadline(result, sent_at, result.valid_until)
+                self._entry_deadline = local_deadline(result, sent_at, expires_at)
                 self._new_grant()
                 early = [ev for ev in self._early if self._matches(ev, result.fence)]
                 self._early.clear()
@@ -487,7 +483,7 @@ class RecipeCore(LostTracking[S]):
         if result.ok:
             with self._mu:
                 if self._fence is not None:
-                    self._session_deadline = _deadline(result, sent_at, result.valid_until)
+                    self._session_deadline = local_deadline(result, sent_at, result.valid_until)
         elif result.cause is Cause.STATEMENT:
             with self._mu:
                 newly = self._fence is not None and not self._lost
@@ -511,17 +507,3 @@ class RecipeCore(LostTracking[S]):
     def _signal_lost(self) -> None:
         """The grant is lost: set the face's event, cancel what it protects."""
         raise NotImplementedError
-
-
-def _not_cancelled(key: str) -> Statement:
-    """The last statement of every acquire: no tombstone of its cancel key exists (in any
-    session: the key is unique, and only the cancelling session writes it)."""
-    return Assert(Not(Exists(CANCELLED_TABLE, key, ignore_this_session=False)))
-
-
-def _deadline(result: Result, sent_at: float, until: float | None) -> float | None:
-    """Local time before which ``until`` (a server uptime) cannot have passed: the reply was
-    produced after the request was sent, so ``sent_at + (until - uptime)`` is early."""
-    if until is None:
-        return None
-    return sent_at + (until - result.server_uptime)

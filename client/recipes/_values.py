@@ -13,7 +13,7 @@ from client._errors import LockClientError
 from client._inspect import describe_holders
 from client._result import Result
 from client._session_state import SessionState
-from protocol import LockLost, Statement
+from protocol import Assert, Exists, LockLost, Not, Statement
 
 __all__ = [
     "CANCELLED_TABLE",
@@ -27,7 +27,9 @@ __all__ = [
     "S",
     "UnknownStamp",
     "check_name",
+    "local_deadline",
     "max_wait_of",
+    "not_cancelled",
     "same_value",
     "seconds",
 ]
@@ -159,3 +161,17 @@ def max_wait_of(limits: Mapping[str, Any]) -> float:
         return seconds("max_wait", value, positive=True)
     except ValueError:
         return DEFAULT_MAX_WAIT
+
+
+def not_cancelled(key: str) -> Statement:
+    """The last statement of every acquire: no tombstone of its cancel key exists (in any
+    session: the key is unique, and only the cancelling session writes it)."""
+    return Assert(Not(Exists(CANCELLED_TABLE, key, ignore_this_session=False)))
+
+
+def local_deadline(result: Result, sent_at: float, until: float | None) -> float | None:
+    """Local time before which ``until`` (a server uptime) cannot have passed: the reply was
+    produced after the request was sent, so ``sent_at + (until - uptime)`` is early."""
+    if until is None:
+        return None
+    return sent_at + (until - result.server_uptime)
