@@ -188,10 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", default="strict,pipelined,c64")
     p.add_argument("--roots", default="", help="NAME=PATH,... checkouts whose group to measure")
     p.add_argument("--etcd-tls", action="store_true", help="etcd with TLS, certificates, auth")
+    p.add_argument(
+        "--grpc",
+        default="",
+        help="NAME,... of --roots whose replicas reach etcd through its gRPC API (etcd+grpc://)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write every run here")
     args = p.parse_args(argv)
     shapes = [s for s in args.shapes.split(",") if s]
     roots = [tuple(r.split("=", 1)) for r in args.roots.split(",") if r] or [("group", "")]
+    grpc_roots = {name for name in args.grpc.split(",") if name}
     exe = build().path
     work = Path(tempfile.mkdtemp(prefix="group-latency-"))
     runs: list[dict[str, Any]] = []
@@ -226,8 +232,13 @@ def main(argv: list[str] | None = None) -> int:
                         os.environ[SERVER_ROOT_VARIABLE] = str(Path(root).resolve())
                     else:
                         os.environ.pop(SERVER_ROOT_VARIABLE, None)
+                    if name in grpc_roots:
+                        scheme = "etcds+grpc://" if secure else "etcd+grpc://"
+                        where = [scheme + ",".join(etcd.endpoints)]
+                    else:  # HOST:PORT for older checkouts
+                        where = etcd.urls if secure else etcd.endpoints
                     with ReplicaGroup(
-                        etcd.urls if secure else etcd.endpoints,  # HOST:PORT: older checkouts
+                        where,
                         work / f"r{rnd}-{name}",
                         n=3,
                         group=f"b{rnd}{name}",

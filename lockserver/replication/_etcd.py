@@ -68,11 +68,15 @@ import ssl
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Literal, Self
 
 import attrs
 import trio
+from google.protobuf.message import DecodeError
 
+from . import _etcd_rpc_pb2 as pb
+from ._etcd_grpc import GrpcPool, GrpcStatus, grpc_context
+from ._etcd_grpc_watch import GrpcWatchStream
 from ._etcd_http import MAX_ANSWER, Endpoint, MaybeSent, NotSent, Pool, parse_endpoint
 from ._etcd_json import (
     MAX_VALUE,
@@ -140,6 +144,10 @@ _AUTHENTICATE: Final = "/v3/auth/authenticate"
 #: metadata, and etcd refuses (or, once its member loses the leader, cancels) a watch whose
 #: ``hasleader`` is ``true`` (etcd-io/etcd#10819; etcdctl and clientv3's WithRequireLeader).
 _REQUIRE_LEADER: Final = ("Grpc-Metadata-hasleader", "true")
+_REQUIRE_LEADER_GRPC: Final = ("hasleader", "true")
+# etcd's gRPC methods spoken directly (transport="grpc"); every other call takes the gateway.
+_GRPC_PUT: Final = "/etcdserverpb.KV/Put"
+_GRPC_WATCH: Final = "/etcdserverpb.Watch/Watch"
 
 
 # --- the client ---------------------------------------------------------------------------------
@@ -171,6 +179,12 @@ class Etcd:
     function, called at each authentication, so a password rotated in its file is picked up
     when etcd rejects the old token. ``max_answer`` bounds the bytes of one answer.
 
+    ``transport``: ``"gateway"`` (every call through etcd's HTTP/JSON gateway) or ``"grpc"``
+    (puts and watches through etcd's gRPC API directly, HTTP/2 on connections of their own,
+    with ALPN h2 under TLS, so ``grpc_tls`` is then a second context with the same
+    certificates: a context negotiating h2 cannot carry the gateway's HTTP/1.1; the other
+    calls still through the gateway). Both give the same results and errors.
+
     With several endpoints, a call that cannot reach one tries the next (see the module's
     failover rule) and the client keeps using the one that answered. Every call is bounded:
     ``timeout`` seconds per endpoint tried. Use it as an async context manager, or call
@@ -186,7 +200,11 @@ class Etcd:
         user: str | None = None,
         password: str | Callable[[], str] | None = None,
         max_answer: int = MAX_ANSWER,
+        transport: Literal["gateway", "grpc"] = "gateway",
+        grpc_tls: ssl.SSLContext | None = None,
     ) -> None:
+        if transport not in ("gateway", "grpc"):
+            raise ValueError(f"transport is 'gateway' or 'grpc', not {transport!r}")
         if isinstance(endpoints, str):
             raise TypeError("endpoints is a sequence of 'host:port' strings, not one string")
         if not endpoints:
@@ -210,6 +228,8 @@ class Etcd:
             raise ValueError("TLS settings are given but the etcd endpoints are plain http://")
         if schemes == {"https"} and tls is None:
             tls = ssl.create_default_context()
+            if transport == "grpc" and grpc_tls is None:
+                grpc_tls = ssl.create_default_context()
         self._parsed: tuple[Endpoint, ...] = tuple(parsed)
         self._endpoints: tuple[str, ...] = tuple(e.url for e in parsed)
         self._timeout = timeout
@@ -227,6 +247,16 @@ class Etcd:
         #: The endpoint of the last watch opened (None: none yet).
         self.watching: str | None = None
         self._pool = Pool(tls)
+        self._grpc: GrpcPool | None = None
+        if transport == "grpc":
+            if tls is not None and grpc_tls is None:
+                raise ValueError(
+                    "transport='grpc' over TLS needs grpc_tls: a second SSLContext with the "
+                    "same certificates (it is set to negotiate h2)"
+                )
+            if grpc_tls is not None and grpc_tls is tls:
+                raise ValueError("grpc_tls must be another SSLContext than tls")
+            self._grpc = GrpcPool(None if grpc_tls is None else grpc_context(grpc_tls))
 
     def __repr__(self) -> str:
         who = f", user={self._user!r}" if self._user else ""
@@ -243,6 +273,11 @@ class Etcd:
         return self._endpoints[self._current]
 
     @property
+    def transport(self) -> str:
+        """``"grpc"`` or ``"gateway"``: how puts and watches reach etcd."""
+        return "gateway" if self._grpc is None else "grpc"
+
+    @property
     def tls(self) -> bool:
         """Whether the endpoints are https."""
         return self._parsed[0].tls
@@ -254,13 +289,15 @@ class Etcd:
             requests=self._requests,
             failovers=self._failovers,
             watches_open=self._watches_open,
-            connections_opened=self._pool.opened,
+            connections_opened=self._pool.opened + (0 if self._grpc is None else self._grpc.opened),
             tokens=self._tokens,
         )
 
     async def aclose(self) -> None:
         """Close every connection; the client cannot be used afterwards."""
         self._pool.close()
+        if self._grpc is not None:
+            self._grpc.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -340,6 +377,13 @@ class Etcd:
         """Store ``value`` at ``key`` (attached to ``lease`` unless 0); returns the put's
         revision. Raises :class:`LeaseGone` when the lease does not exist. ``timeout``: the
         bound of one attempt at one endpoint, when shorter than the client's."""
+        if self._grpc is not None:
+            request = pb.PutRequest(key=key, value=value, lease=lease).SerializeToString()
+            body = {"lease": str(lease)}  # what an error names (LeaseGone's lease)
+            answer = await self._call(_GRPC_PUT, body, write=True, timeout=timeout, message=request)
+            with self._reading(_GRPC_PUT):
+                revision: int = pb.PutResponse.FromString(answer["message"]).header.revision
+                return revision
         answer = await self._call(
             "/v3/kv/put", put_body(key, value, lease), write=True, timeout=timeout
         )
@@ -542,17 +586,25 @@ class Etcd:
         an EtcdError naming the endpoint, never another exception."""
         try:
             yield
-        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, DecodeError) as e:
             raise malformed(self.endpoint, path, f"{type(e).__name__}: {e}") from None
 
     async def _call(
-        self, path: str, body: dict[str, Any], *, write: bool, timeout: float | None = None
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        write: bool,
+        timeout: float | None = None,
+        message: bytes | None = None,
     ) -> dict[str, Any]:
         """POST ``body`` to ``path`` on the current endpoint, failing over by the module's
-        rule; the decoded answer, or the error it carried raised."""
+        rule; the decoded answer, or the error it carried raised. With ``message``, a gRPC
+        call of ``path`` (an ``/etcdserverpb.`` method) sending it: the answer is
+        ``{"message": bytes}``, ``body`` names what an error is about."""
         failures: list[str] = []
         count = len(self._endpoints)
-        data = json.dumps(body, separators=(",", ":")).encode()
+        data = message if message is not None else json.dumps(body, separators=(",", ":")).encode()
         for step in range(count):
             index = (self._current + step) % count
             endpoint = self._parsed[index]
@@ -629,6 +681,8 @@ class Etcd:
         deadline: float,
     ) -> dict[str, Any]:
         self._requests += 1
+        if path.startswith("/etcdserverpb."):
+            return await self._exchange_grpc(endpoint, path, data, body, token, deadline)
         headers = [] if token is None else [("Authorization", token)]
         status, content = await self._pool.request(
             endpoint, path, data, headers, deadline=deadline, max_answer=self._max_answer
@@ -655,6 +709,30 @@ class Etcd:
                 error.compact_revision = await self._compact_revision(endpoint, body)
             raise error
         return answer
+
+    async def _exchange_grpc(
+        self,
+        endpoint: Endpoint,
+        path: str,
+        data: bytes,
+        body: dict[str, Any],
+        token: str | None,
+        deadline: float,
+    ) -> dict[str, Any]:
+        """One gRPC unary call; etcd's refusal raised as the EtcdError the gateway's JSON of
+        it would be (same message, same code)."""
+        assert self._grpc is not None
+        metadata = [] if token is None else [("token", token)]
+        try:
+            answer = await self._grpc.unary(
+                endpoint, path, data, metadata, deadline=deadline, max_message=self._max_answer
+            )
+        except GrpcStatus as e:
+            error = error_of(endpoint.url, path, {"code": e.code, "message": e.message}, body)
+            if error.code == UNAVAILABLE:
+                raise MaybeSent(str(error), code=error.code) from None
+            raise error from None
+        return {"message": answer}
 
     async def _token_for(
         self, endpoint: Endpoint, deadline: float, *, rejected: str | None = None
@@ -751,7 +829,7 @@ class Etcd:
 
     async def _open_watch(
         self, create: dict[str, Any], at: Endpoint | None, timeout: float | None = None
-    ) -> WatchStream:
+    ) -> WatchStream | GrpcWatchStream:
         """Open a watch stream on ``at`` or, failing over by the read rule, on the endpoints
         from the current one; returns once etcd has said "created"."""
         count = len(self._parsed)
@@ -780,18 +858,28 @@ class Etcd:
 
     async def _open_watch_at(
         self, endpoint: Endpoint, create: dict[str, Any], timeout: float | None = None
-    ) -> WatchStream:
+    ) -> WatchStream | GrpcWatchStream:
         bound = self._bound(timeout)
         deadline = trio.current_time() + bound
         token = await self._token_for(endpoint, deadline)
         for renewed in (False, True):
             self._requests += 1
-            stream = WatchStream(
-                self._pool, endpoint, timeout=self._timeout, max_line=self._max_answer
-            )
-            headers = (
-                [_REQUIRE_LEADER] if token is None else [_REQUIRE_LEADER, ("Authorization", token)]
-            )
+            stream: WatchStream | GrpcWatchStream
+            if self._grpc is not None:
+                stream = GrpcWatchStream(
+                    self._grpc, endpoint, timeout=self._timeout, max_message=self._max_answer
+                )
+                # gRPC metadata itself: the header the gateway would have turned into it.
+                headers = [_REQUIRE_LEADER_GRPC]
+                if token is not None:
+                    headers.append(("token", token))
+            else:
+                stream = WatchStream(
+                    self._pool, endpoint, timeout=self._timeout, max_line=self._max_answer
+                )
+                headers = [_REQUIRE_LEADER]
+                if token is not None:
+                    headers.append(("Authorization", token))
             try:
                 with trio.move_on_at(deadline) as scope:
                     await stream.open(create, headers)

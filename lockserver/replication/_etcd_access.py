@@ -36,7 +36,7 @@ import os
 import ssl
 import stat
 from functools import partial
-from typing import Final, Protocol
+from typing import Final, Literal, Protocol
 
 from lockserver._auth import SecurityConfigError
 
@@ -47,6 +47,7 @@ __all__ = [
     "EtcdSettings",
     "etcd_client",
     "etcd_endpoints",
+    "etcd_transport",
     "etcd_tls_context",
     "read_password_file",
 ]
@@ -56,8 +57,12 @@ log = logging.getLogger("lockserver")
 #: Longest password read from a password file, in bytes.
 MAX_PASSWORD: Final = 4096
 _SCHEMES: Final = {"etcd://": "http", "etcds://": "https"}
+#: ``etcd+grpc://`` / ``etcds+grpc://``: the same endpoints, puts and watches over etcd's
+#: gRPC API instead of its JSON gateway (``_etcd_grpc.py``).
+_GRPC_SCHEMES: Final = {"etcd+grpc://": "etcd://", "etcds+grpc://": "etcds://"}
 _FORMS: Final = (
     "etcd://HOST:PORT[,HOST:PORT...] (plain HTTP), etcds://HOST:PORT[,HOST:PORT...] (TLS), "
+    "etcd+grpc:// or etcds+grpc:// (the same, through etcd's gRPC API), "
     "or http://HOST:PORT[,http://...] / https://HOST:PORT[,https://...]"
 )
 
@@ -85,6 +90,9 @@ def etcd_endpoints(text: str) -> tuple[str, ...]:
     if type(text) is not str or not text.strip():
         raise ValueError(f"must be {_FORMS}, got {text!r}")
     text = text.strip()
+    for grpc, plain in _GRPC_SCHEMES.items():
+        if text.lower().startswith(grpc):
+            text = plain + text[len(grpc) :]
     for prefix, scheme in _SCHEMES.items():
         if text.lower().startswith(prefix):
             parts = text[len(prefix) :].split(",")
@@ -112,6 +120,13 @@ def etcd_endpoints(text: str) -> tuple[str, ...]:
             f"(got {text!r})"
         )
     return urls
+
+
+def etcd_transport(text: str) -> Literal["gateway", "grpc"]:
+    """How ``replicate`` says puts and watches reach etcd: ``"grpc"`` for ``etcd+grpc://``
+    and ``etcds+grpc://``, else ``"gateway"``."""
+    lowered = text.strip().lower() if type(text) is str else ""
+    return "grpc" if lowered.startswith(tuple(_GRPC_SCHEMES)) else "gateway"
 
 
 def _url(part: str, scheme: str, whole: str) -> str:
@@ -200,6 +215,13 @@ def etcd_client(config: EtcdSettings, *, timeout: float = 5.0) -> Etcd:
         if tls_on
         else None
     )
+    transport = etcd_transport(config.replicate)
+    # gRPC negotiates h2 by ALPN: a context of its own, the same files.
+    grpc_tls = (
+        etcd_tls_context(config.etcd_ca_file, config.etcd_cert_file, config.etcd_key_file)
+        if tls_on and transport == "grpc"
+        else None
+    )
     password_file = config.etcd_password_file
     # Read now, so a bad file stops the start; read again at each authentication, so a
     # password rotated in the file is used once etcd rejects the old token.
@@ -230,6 +252,8 @@ def etcd_client(config: EtcdSettings, *, timeout: float = 5.0) -> Etcd:
         tls=tls,
         user=config.etcd_user or None,
         password=None if password is None else partial(_read_again, password_file),
+        transport=transport,
+        grpc_tls=grpc_tls,
     )
 
 

@@ -1,0 +1,482 @@
+"""etcd's gRPC API spoken directly: HTTP/2 with h2 over non-blocking sockets under trio,
+messages with protobuf (``_etcd_rpc.proto``). No etcd semantics here: a path and message
+bytes in; message bytes, or etcd's gRPC status, out.
+
+This module owns the gRPC transport of :mod:`lockserver.replication._etcd` (chosen with
+``Etcd(..., transport="grpc")``): one HTTP/2 connection (:class:`GrpcConnection`: connect,
+one unary call, or one streaming call read message by message), the idle connections kept
+per endpoint (:class:`GrpcPool`), and a gRPC status other than OK (:class:`GrpcStatus`).
+Transport failures are ``_etcd_http``'s :class:`NotSent` / :class:`MaybeSent`, so the
+failover rule of ``_etcd.py`` holds unchanged.
+
+Why: etcd 3.4's JSON gateway is itself a gRPC client of the server over loopback, so every
+gateway put pays one more hop and every watch event a JSON encode per watcher. Measured from
+Python against one member (benchmarks/README.md, issue 29): a put 817 -> 629 µs p50, a put
+and its watch event 894 -> 608 µs.
+
+Rules kept:
+- **A failure says whether the request can have reached the server** (as ``_etcd_http``):
+  :class:`NotSent` before the first byte of a call went out, :class:`MaybeSent` after.
+- **Every answer is bounded.** One gRPC message is at most ``max_message`` bytes (refused
+  from its 5-byte prefix, before its body arrives); a compressed message (we never offer
+  compression), a frame h2 refuses (too large, malformed, a protocol violation), a stream
+  reset, a GOAWAY before the answer, or an answer that is not ``application/grpc`` is a
+  clear :class:`MaybeSent` and the connection is closed. Time is the caller's: every wait
+  here is a trio checkpoint.
+- **One call per connection at a time**, as the HTTP/1.1 pool: a connection is reused only
+  when its last call ended whole and no GOAWAY came; the pool opens more under concurrency.
+  A watch has a connection of its own.
+
+Prior art: gRPC's HTTP/2 protocol document (PROTOCOL-HTTP2.md: the length-prefixed message,
+``te: trailers``, status in the trailers or a trailers-only answer), h2's client examples,
+grpclib (gRPC on h2 for asyncio).
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+from typing import Final
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import trio
+
+from ._etcd_http import (
+    MAX_IDLE,
+    Endpoint,
+    MaybeSent,
+    NotSent,
+    transport_cause,
+)
+from ._etcd_http import Connection as _Http1
+
+__all__ = ["GrpcConnection", "GrpcPool", "GrpcStatus", "grpc_context"]
+
+_RECV: Final = 64 * 1024
+_WOULD_BLOCK_READ: Final = (BlockingIOError, ssl.SSLWantReadError)
+_WOULD_BLOCK_WRITE: Final = (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError)
+#: Our receive window, per stream and for the connection: etcd never waits on our
+#: WINDOW_UPDATEs for one answer (each message is acknowledged as it is read anyway).
+_WINDOW: Final = 16 * 1024 * 1024
+_PREFIX: Final = struct.Struct(">BI")
+
+
+class GrpcStatus(Exception):
+    """etcd answered the call with a gRPC status other than OK: ``code`` and ``message``
+    (grpc-message, percent-decoded, bounded)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"gRPC status {code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def grpc_context(tls: ssl.SSLContext) -> ssl.SSLContext:
+    """``tls`` set to offer ALPN ``h2`` (gRPC over TLS needs it): the same context object,
+    so its CA bundle and client certificate are kept; a context is given to one transport."""
+    tls.set_alpn_protocols(["h2"])
+    return tls
+
+
+def _percent_decode(raw: bytes) -> str:
+    from urllib.parse import unquote_to_bytes
+
+    return unquote_to_bytes(raw[:4000]).decode("utf-8", "replace")[:1000]
+
+
+class GrpcConnection:
+    """One HTTP/2 connection to one endpoint, carrying one call at a time."""
+
+    __slots__ = ("_h2", "_preface", "_stream", "endpoint", "goaway", "sent", "sock")
+
+    def __init__(self, endpoint: Endpoint, sock: socket.socket) -> None:
+        self.endpoint = endpoint
+        self.sock = sock
+        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        self._h2 = h2.connection.H2Connection(config=config)
+        self._h2.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _WINDOW,
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 64 * 1024,
+            },
+        )
+        self._h2.initiate_connection()
+        self._h2.increment_flow_control_window(_WINDOW)
+        self._stream = 0
+        self._preface = bytearray()  # the server's first bytes, until its SETTINGS is seen
+        self.sent = False
+        self.goaway = False
+
+    @classmethod
+    async def open(cls, endpoint: Endpoint, tls: ssl.SSLContext | None) -> GrpcConnection:
+        """Connect (TLS with ALPN h2 for https) and queue HTTP/2's preface; the caller bounds
+        the time. Raises :class:`NotSent` naming the cause."""
+        sock = (await _Http1.open(endpoint, tls)).sock
+        if isinstance(sock, ssl.SSLSocket) and sock.selected_alpn_protocol() not in (None, "h2"):
+            sock.close()
+            raise NotSent(f"TLS: the server chose {sock.selected_alpn_protocol()!r}, not h2")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(endpoint, sock)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def reusable(self) -> bool:
+        """Whether another call can go on this connection: the last one ended whole, and
+        what arrived since (read now without waiting: a PING, SETTINGS, a GOAWAY, the end)
+        is neither a GOAWAY nor the connection's end nor invalid HTTP/2."""
+        if self._stream or self.goaway:
+            return False
+        while True:
+            try:
+                data = self.sock.recv(_RECV)
+            except _WOULD_BLOCK_READ:
+                return True
+            except OSError:
+                return False
+            if not data:
+                return False
+            try:
+                events = self._h2.receive_data(data)
+            except h2.exceptions.ProtocolError:
+                return False
+            if any(isinstance(e, h2.events.ConnectionTerminated) for e in events):
+                self.goaway = True
+                return False
+
+    # --- calls -----------------------------------------------------------------------------
+
+    def _start(self, path: str, metadata: list[tuple[str, str]], message: bytes, end: bool) -> int:
+        stream = self._h2.get_next_available_stream_id()
+        headers = [
+            (":method", "POST"),
+            (":scheme", "https" if self.endpoint.tls else "http"),
+            (":path", path),
+            (":authority", self.endpoint.authority),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+            *metadata,
+        ]
+        self._h2.send_headers(stream, headers)
+        self._h2.send_data(stream, _PREFIX.pack(0, len(message)) + message, end_stream=end)
+        self._stream = stream
+        return stream
+
+    async def unary(
+        self, path: str, message: bytes, metadata: list[tuple[str, str]], max_message: int
+    ) -> bytes:
+        """One unary call: the answer's one message. Raises :class:`GrpcStatus` for etcd's
+        refusal, :class:`NotSent` / :class:`MaybeSent` for the transport."""
+        self.sent = False
+        self._start(path, metadata, message, end=True)
+        await self._flush()
+        reader = MessageReader(self, max_message)
+        answer = await reader.next()
+        if answer is None:
+            raise MaybeSent("the call ended without an answer message")
+        if await reader.next() is not None:
+            raise MaybeSent("a unary call answered with more than one message")
+        return answer
+
+    async def open_stream(
+        self, path: str, message: bytes, metadata: list[tuple[str, str]], max_message: int
+    ) -> MessageReader:
+        """Start a streaming call with its first message (the stream stays open for
+        writing); its answers are read with the returned reader."""
+        self.sent = False
+        self._start(path, metadata, message, end=False)
+        await self._flush()
+        return MessageReader(self, max_message)
+
+    # --- bytes -----------------------------------------------------------------------------
+
+    async def _flush(self) -> None:
+        data = self._h2.data_to_send()
+        if not data:
+            return
+        view = memoryview(data)
+        sock = self.sock
+        while view:
+            try:
+                n = sock.send(view)
+            except _WOULD_BLOCK_WRITE:
+                await trio.lowlevel.wait_writable(sock)
+                continue
+            except OSError as e:
+                if not self.sent:
+                    raise NotSent(transport_cause(e)) from None
+                raise MaybeSent(transport_cause(e)) from None
+            if n:
+                self.sent = True
+            view = view[n:]
+        await trio.lowlevel.checkpoint()
+
+    async def _events(self, timeout: float | None = None) -> list[h2.events.Event]:
+        """The next events HTTP/2 yields from what arrives (at least one). Once bytes have
+        arrived that end no frame (h2 holds a partial frame, up to 16 MiB by the 24-bit
+        length), the rest must come within ``timeout`` seconds (None: no bound)."""
+        partial = False
+        while True:
+            if partial and timeout is not None:
+                with trio.move_on_after(timeout) as scope:
+                    data = await self._receive()
+                if scope.cancelled_caught:
+                    raise MaybeSent(f"an HTTP/2 frame did not arrive whole within {timeout} s")
+            else:
+                data = await self._receive()
+            if not data:
+                raise MaybeSent("the connection was closed")
+            if not self._preface:
+                # A server's first frame is SETTINGS (type 4): anything else is not HTTP/2
+                # (h2 would wait for a "frame" as long as the garbage's first bytes say).
+                self._preface += data[:9]
+                if len(self._preface) >= 4 and self._preface[3] != 4:
+                    raise MaybeSent(
+                        f"the server does not speak HTTP/2 (it began {bytes(self._preface)!r})"
+                    )
+            try:
+                events = self._h2.receive_data(data)
+            except h2.exceptions.ProtocolError as e:
+                raise MaybeSent(
+                    f"the answer is not valid HTTP/2 ({type(e).__name__}: {e})"
+                ) from None
+            await self._flush()  # SETTINGS acks, PING answers, WINDOW_UPDATEs
+            if events:
+                return events
+            partial = True
+
+    async def _receive(self) -> bytes:
+        sock = self.sock
+        while True:
+            try:
+                return sock.recv(_RECV)
+            except _WOULD_BLOCK_READ:
+                await trio.lowlevel.wait_readable(sock)
+            except ssl.SSLWantWriteError:
+                await trio.lowlevel.wait_writable(sock)
+            except OSError as e:
+                raise MaybeSent(transport_cause(e)) from None
+
+
+class MessageReader:
+    """The answers of one call, message by message: gRPC's length-prefixed messages joined
+    from DATA frames, the status checked from the trailers (or a trailers-only answer)."""
+
+    def __init__(
+        self, conn: GrpcConnection, max_message: int, *, timeout: float | None = None
+    ) -> None:
+        self._conn = conn
+        self._max = max_message
+        self.timeout = timeout  # a message begun must end within it (None: no bound)
+        self._buffer = bytearray()
+        self._ended = False
+        self._headers = False
+        self._status: tuple[int, str] | None = None
+        self._queue: list[h2.events.Event] = []
+
+    @property
+    def started(self) -> bool:
+        """Whether part of a message has arrived (the rest should follow promptly)."""
+        return bool(self._buffer)
+
+    async def next(self) -> bytes | None:
+        """The next message, or None when the call ended with status OK. Raises
+        :class:`GrpcStatus` for another status, :class:`MaybeSent` for the transport."""
+        conn = self._conn
+        stream = conn._stream
+        while True:
+            if len(self._buffer) >= 5:
+                flag, length = _PREFIX.unpack_from(self._buffer)
+                if flag != 0:
+                    raise MaybeSent("a compressed gRPC message (no compression was offered)")
+                if length > self._max:
+                    raise MaybeSent(f"a gRPC message of {length} bytes, more than {self._max}")
+                if len(self._buffer) >= 5 + length:
+                    message = bytes(self._buffer[5 : 5 + length])
+                    del self._buffer[: 5 + length]
+                    return message
+            if self._ended:
+                if self._buffer:
+                    raise MaybeSent("the call ended in the middle of a message")
+                conn._stream = 0
+                if self._status is None:
+                    raise MaybeSent("the call ended without a grpc-status")
+                code, text = self._status
+                if code != 0:
+                    raise GrpcStatus(code, text)
+                return None
+            if not self._queue:
+                if self._buffer and self.timeout is not None:
+                    with trio.move_on_after(self.timeout) as scope:
+                        self._queue = await conn._events(self.timeout)
+                    if scope.cancelled_caught:
+                        raise MaybeSent(
+                            f"a gRPC message did not arrive whole within {self.timeout} s"
+                        )
+                else:
+                    self._queue = await conn._events(self.timeout)
+            self._event(self._queue.pop(0), stream)
+
+    def _event(self, event: h2.events.Event, stream: int) -> None:
+        conn = self._conn
+        if isinstance(event, h2.events.ConnectionTerminated):
+            conn.goaway = True
+            if event.last_stream_id is not None and event.last_stream_id < stream:
+                raise MaybeSent(f"the server said GOAWAY ({event.error_code!r}) before this call")
+            return
+        if getattr(event, "stream_id", stream) not in (stream, 0):
+            return  # a stream of a call that ended: nothing of ours
+        if isinstance(event, h2.events.ResponseReceived):
+            self._headers = True
+            fields = dict(event.headers)
+            if fields.get(b":status") != b"200":
+                raise MaybeSent(f"the answer is HTTP {fields.get(b':status', b'?')[:8]!r}")
+            if not fields.get(b"content-type", b"").startswith(b"application/grpc"):
+                raise MaybeSent("the answer is not application/grpc")
+            self._take_status(fields)
+        elif isinstance(event, h2.events.DataReceived):
+            if not self._headers:
+                raise MaybeSent("data before the answer's headers")
+            conn._h2.acknowledge_received_data(event.flow_controlled_length, stream)
+            if len(self._buffer) + len(event.data) > self._max + 5:
+                raise MaybeSent(f"a gRPC message of more than {self._max} bytes")
+            self._buffer += event.data
+        elif isinstance(event, h2.events.TrailersReceived):
+            self._take_status(dict(event.headers))
+        elif isinstance(event, h2.events.StreamEnded):
+            self._ended = True
+        elif isinstance(event, h2.events.StreamReset):
+            conn._stream = 0
+            raise MaybeSent(f"the server reset the call ({event.error_code!r})")
+
+    def _take_status(self, fields: dict[bytes, bytes]) -> None:
+        raw = fields.get(b"grpc-status")
+        if raw is None:
+            return
+        if not raw.isdigit() or len(raw) > 3:
+            raise MaybeSent(f"grpc-status {raw[:8]!r} is not a status code")
+        self._status = (int(raw), _percent_decode(fields.get(b"grpc-message", b"")))
+
+    async def send(self, message: bytes) -> None:
+        """Send one more message on the call's open stream."""
+        conn = self._conn
+        conn._h2.send_data(conn._stream, _PREFIX.pack(0, len(message)) + message)
+        await conn._flush()
+
+
+class GrpcPool:
+    """Kept-alive HTTP/2 connections to a few endpoints, one call at a time on each.
+
+    :meth:`unary` runs one call on an idle connection (or a new one) under a deadline;
+    :meth:`open_stream` gives a connection of its own to a streaming call, which the caller
+    closes with :meth:`close_stream`."""
+
+    def __init__(self, tls: ssl.SSLContext | None, *, max_in_flight: int = 64) -> None:
+        self.tls = tls
+        self._idle: dict[Endpoint, list[GrpcConnection]] = {}
+        self._in_flight = trio.Semaphore(max_in_flight)
+        self._streams: set[GrpcConnection] = set()
+        self.opened = 0
+        self._closed = False
+
+    async def unary(
+        self,
+        endpoint: Endpoint,
+        path: str,
+        message: bytes,
+        metadata: list[tuple[str, str]],
+        *,
+        deadline: float,
+        max_message: int,
+    ) -> bytes:
+        """One unary call and its answer before ``deadline`` (trio time). Raises
+        :class:`GrpcStatus`, or :class:`NotSent` / :class:`MaybeSent` (running out of time
+        is either, by whether a byte went out)."""
+        if self._closed:
+            raise NotSent("the client is closed")
+        conn: GrpcConnection | None = None
+        with trio.move_on_at(deadline):
+            async with self._in_flight:
+                conn = self._take(endpoint)
+                if conn is None:
+                    conn = await GrpcConnection.open(endpoint, self.tls)
+                    self.opened += 1
+                try:
+                    answer = await conn.unary(path, message, metadata, max_message)
+                except GrpcStatus:
+                    self._give_back(conn)
+                    raise
+                except BaseException:
+                    conn.close()
+                    raise
+                self._give_back(conn)
+                return answer
+        if conn is not None:
+            conn.close()
+        if conn is None or not conn.sent:
+            raise NotSent("no connection within the timeout")
+        raise MaybeSent("no answer within the timeout")
+
+    async def open_stream(
+        self,
+        endpoint: Endpoint,
+        path: str,
+        message: bytes,
+        metadata: list[tuple[str, str]],
+        max_message: int,
+    ) -> tuple[GrpcConnection, MessageReader]:
+        """A new connection that has started a streaming call with ``message``; the caller
+        reads the answers, bounds the time, and ends it with :meth:`close_stream`."""
+        if self._closed:
+            raise NotSent("the client is closed")
+        conn = await GrpcConnection.open(endpoint, self.tls)
+        self.opened += 1
+        self._streams.add(conn)
+        try:
+            reader = await conn.open_stream(path, message, metadata, max_message)
+        except BaseException:
+            self.close_stream(conn)
+            raise
+        return conn, reader
+
+    def close_stream(self, conn: GrpcConnection) -> None:
+        self._streams.discard(conn)
+        conn.close()
+
+    def close(self) -> None:
+        """Close every connection, idle or streaming; the pool refuses new calls."""
+        self._closed = True
+        for conns in self._idle.values():
+            for conn in conns:
+                conn.close()
+        self._idle.clear()
+        for conn in list(self._streams):
+            conn.close()
+        self._streams.clear()
+
+    def _take(self, endpoint: Endpoint) -> GrpcConnection | None:
+        idle = self._idle.get(endpoint)
+        while idle:
+            conn = idle.pop()
+            if conn.reusable():
+                return conn
+            conn.close()
+        return None
+
+    def _give_back(self, conn: GrpcConnection) -> None:
+        if self._closed or not conn.reusable():
+            conn.close()
+            return
+        idle = self._idle.setdefault(conn.endpoint, [])
+        if len(idle) >= MAX_IDLE:
+            conn.close()
+            return
+        idle.append(conn)

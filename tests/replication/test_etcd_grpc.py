@@ -1,0 +1,423 @@
+"""The etcd client's gRPC transport (``Etcd(..., transport="grpc")``, ``etcd+grpc://``):
+puts and watches through etcd's gRPC API directly (HTTP/2 with h2, protobuf), issue 29.
+
+Against real etcd members: the same results and errors as the gateway (a put's revision, a
+watch's batches in order, a missing lease, a compacted start), connections kept, a group of
+replicas running through ``etcd+grpc://``, and TLS with client certificates and auth (the
+token sent as gRPC's ``token`` metadata, renewed when etcd revokes it).
+
+Against a hostile server (h2's own server side on loopback, speaking gRPC badly on purpose):
+a message larger than the bound, a stream reset, garbage instead of HTTP/2, a message that is
+not protobuf, a grpc-status of etcd's: each a clear, bounded EtcdError (a write that may have
+gone out says so), and the next call opens a new connection.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+
+import h2.config
+import h2.connection
+import h2.events
+import pytest
+import trio
+
+from client import Assert, SetVar, open_lock_client
+from lockbench.etcd import ETCD, SKIP_REASON, EtcdCluster, started, wipe
+from lockserver import ServerConfig, serve
+from lockserver.replication import _etcd_rpc_pb2 as pb
+from lockserver.replication._etcd import (
+    Compacted,
+    Etcd,
+    EtcdError,
+    EtcdUnavailable,
+    LeaseGone,
+)
+from lockserver.replication._etcd_access import etcd_endpoints, etcd_transport
+
+#: Seconds any one test may take.
+BOUND = 30
+
+_groups = itertools.count()
+
+
+def grpc(cluster: EtcdCluster, **changes: object) -> Etcd:
+    """A gRPC client of ``cluster`` as a replica would be (a second TLS context for h2)."""
+    options: dict[str, object] = {**cluster.client_options(), **changes}
+    if cluster.pki is not None:
+        options.setdefault("grpc_tls", cluster.pki.client_context(with_cert=True))
+    return Etcd(cluster.urls, timeout=2.0, transport="grpc", **options)  # type: ignore[arg-type]
+
+
+# --- against etcd -------------------------------------------------------------------------------
+
+
+async def test_puts_and_watches_over_grpc_agree_with_the_gateway(etcd1: EtcdCluster) -> None:
+    """Puts through gRPC return the revisions a gateway read sees; a gRPC watch from before
+    them gives every put and delete, in order, with keys, values and revisions."""
+    with trio.fail_after(BOUND):
+        async with grpc(etcd1) as etcd, Etcd(etcd1.endpoints) as gateway:
+            assert etcd.transport == "grpc" and gateway.transport == "gateway"
+            start = await gateway.current_revision() + 1
+            revisions = [await etcd.put(b"/w/%d" % i, b"v%d" % i) for i in range(5)]
+            assert revisions == list(range(start, start + 5))
+            kv = await gateway.get(b"/w/4")
+            assert kv is not None and (kv.value, kv.mod_revision) == (b"v4", revisions[-1])
+            assert await gateway.delete(b"/w/0") == 1
+            deleted = revisions[-1] + 1
+            seen = []
+            async with etcd.watch(b"/w/", start_revision=start) as batches:
+                async for batch in batches:
+                    seen += [(e.kind, e.key, e.value, e.mod_revision) for e in batch]
+                    if seen[-1][3] == deleted:
+                        break
+            assert seen == [
+                *[("put", b"/w/%d" % i, b"v%d" % i, revisions[i]) for i in range(5)],
+                ("delete", b"/w/0", b"", deleted),
+            ]
+
+
+async def test_a_put_on_a_missing_lease_is_lease_gone(etcd1: EtcdCluster) -> None:
+    """etcd's refusal over gRPC is the same EtcdError as over the gateway: LeaseGone naming
+    the lease, and nothing written."""
+    with trio.fail_after(BOUND):
+        async with grpc(etcd1) as etcd:
+            with pytest.raises(LeaseGone) as caught:
+                await etcd.put(b"/l", b"x", lease=123456789)
+            assert caught.value.lease_id == 123456789
+            assert await etcd.get(b"/l") is None
+
+
+async def test_a_watch_from_a_compacted_revision_raises_compacted(etcd1: EtcdCluster) -> None:
+    """A gRPC watch asked to start before etcd's compaction raises Compacted with etcd's
+    compact revision."""
+    with trio.fail_after(BOUND):
+        async with grpc(etcd1) as etcd:
+            first = await etcd.put(b"/c", b"1")
+            last = await etcd.put(b"/c", b"2")
+            await etcd.compact(last)
+            with pytest.raises(Compacted) as caught:
+                async with etcd.watch(b"/c", start_revision=first) as batches:
+                    await batches.__anext__()
+            assert caught.value.compact_revision == last
+
+
+async def test_grpc_connections_are_kept(etcd1: EtcdCluster) -> None:
+    """Sequential puts share one HTTP/2 connection; a watch has one of its own."""
+    with trio.fail_after(BOUND):
+        async with grpc(etcd1) as etcd:
+            for i in range(20):
+                await etcd.put(b"/k", b"%d" % i)
+            assert etcd.statistics().connections_opened == 1
+            async with etcd.watch(b"/k", start_revision=1):
+                pass
+            assert etcd.statistics().connections_opened == 2
+
+
+async def test_a_group_runs_through_etcd_grpc(etcd1: EtcdCluster) -> None:
+    """Two replicas given ``etcd+grpc://``: a lock granted through one is refused through
+    the other, released, then granted there; both replicas' clients speak gRPC."""
+    config = ServerConfig(
+        port=0,
+        replicate="etcd+grpc://" + ",".join(etcd1.endpoints),
+        group=f"g{next(_groups)}",
+        replica_lease_ttl=2,
+    )
+    with trio.fail_after(BOUND):
+        async with trio.open_nursery() as nursery:
+            r1 = await nursery.start(serve, config)
+            r2 = await nursery.start(serve, config)
+            lock = [Assert(SetVar("L", "x", "v"))]
+            async with (
+                open_lock_client("127.0.0.1", r1.port) as c1,
+                open_lock_client("127.0.0.1", r2.port) as c2,
+            ):
+                a, b = c1.session(session_id="a"), c2.session(session_id="b")
+                assert (await a.execute("ns", lock)).ok
+                assert not (await b.execute("ns", lock)).ok
+                await a.end()
+                assert (await b.execute("ns", lock)).ok
+            for running in (r1, r2):
+                assert running.replica.etcd.transport == "grpc"
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("text", "transport", "urls"),
+    [
+        ("etcd+grpc://a:1,b:2", "grpc", ("http://a:1", "http://b:2")),
+        ("ETCDS+GRPC://a:1", "grpc", ("https://a:1",)),
+        ("etcd://a:1", "gateway", ("http://a:1",)),
+        ("https://a:1", "gateway", ("https://a:1",)),
+    ],
+)
+def test_replicate_names_the_transport(text: str, transport: str, urls: tuple[str, ...]) -> None:
+    assert etcd_transport(text) == transport
+    assert etcd_endpoints(text) == urls
+
+
+def test_grpc_over_tls_needs_a_context_of_its_own(tmp_path: Path) -> None:
+    """h2 is negotiated by ALPN on the context: sharing the gateway's would break it."""
+    import ssl
+
+    tls = ssl.create_default_context()
+    with pytest.raises(ValueError, match="grpc_tls"):
+        Etcd(["https://127.0.0.1:1"], tls=tls, transport="grpc")
+    with pytest.raises(ValueError, match="another SSLContext"):
+        Etcd(["https://127.0.0.1:1"], tls=tls, transport="grpc", grpc_tls=tls)
+    with pytest.raises(ValueError, match="transport"):
+        Etcd(["127.0.0.1:1"], transport="http3")  # type: ignore[arg-type]
+
+
+# --- TLS, client certificates and auth ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def secure_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdCluster]:
+    if ETCD is None:
+        pytest.skip(SKIP_REASON)
+    yield from started(
+        tmp_path_factory.mktemp("secure"), 1, tls=True, client_cert_auth=True, auth=True
+    )
+
+
+@pytest.fixture
+def secure(secure_module: EtcdCluster) -> EtcdCluster:
+    if not secure_module.healthy(0):
+        secure_module.restart(0)
+    wipe(secure_module)
+    return secure_module
+
+
+async def test_grpc_through_tls_client_certificates_and_auth(secure: EtcdCluster) -> None:
+    """Over mutual TLS (ALPN h2) with etcd's auth: puts and a watch carry the token as gRPC
+    metadata; a revoked token (a password change) is renewed by itself and the put after it
+    is applied exactly once (the key's version counts the puts)."""
+    with trio.fail_after(BOUND):
+        async with grpc(secure) as etcd:
+            first = await etcd.put(b"/lockserver/t", b"1")
+            assert etcd.statistics().tokens == 1
+            secure.change_password()
+            second = await etcd.put(b"/lockserver/t", b"2")
+            assert etcd.statistics().tokens == 2
+            kv = await etcd.get(b"/lockserver/t")
+            assert kv is not None and (kv.value, kv.version) == (b"2", 2)
+            async with etcd.watch(b"/lockserver/t", start_revision=first) as batches:
+                seen = [e.mod_revision for e in await batches.__anext__()]
+                while seen[-1] < second:
+                    seen += [e.mod_revision for e in await batches.__anext__()]
+            assert seen == [first, second]
+
+
+async def test_grpc_outside_the_users_prefix_is_refused(secure: EtcdCluster) -> None:
+    """etcd's permission check answers the gRPC call: a clear auth error, nothing written."""
+    with trio.fail_after(BOUND):
+        async with grpc(secure) as etcd:
+            with pytest.raises(EtcdError, match="permission"):
+                await etcd.put(b"/elsewhere", b"x")
+
+
+# --- a hostile server ---------------------------------------------------------------------------
+
+Handler = Callable[[trio.SocketStream], Awaitable[None]]
+
+
+@asynccontextmanager
+async def fake_etcd(handler: Handler) -> AsyncIterator[tuple[str, list[int]]]:
+    """A server on a free loopback port running ``handler`` per connection: its address and
+    a list counting the connections it took."""
+    count: list[int] = []
+
+    async def counted(stream: trio.SocketStream) -> None:
+        count.append(1)
+        await handler(stream)
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, counted, 0, host="127.0.0.1"))
+        yield f"127.0.0.1:{listeners[0].socket.getsockname()[1]}", count
+        nursery.cancel_scope.cancel()
+
+
+def frame(message: bytes, *, length: int | None = None, flag: int = 0) -> bytes:
+    return struct.pack(">BI", flag, len(message) if length is None else length) + message
+
+
+Reply = Callable[[h2.connection.H2Connection, int], None]
+
+
+def serving(reply: Reply, raw: bytes = b"") -> Handler:
+    """An HTTP/2 server that answers each request (once its headers are in) with ``reply``
+    and then the bytes ``raw`` as they are, and keeps the connection open."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        await stream.send_all(conn.data_to_send())
+        while data := await stream.receive_some(65536):
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    reply(conn, event.stream_id)
+                    await stream.send_all(conn.data_to_send() + raw)
+            await stream.send_all(conn.data_to_send())
+        await trio.sleep_forever()
+
+    return handler
+
+
+def grpc_headers(conn: h2.connection.H2Connection, stream: int) -> None:
+    conn.send_headers(stream, [(":status", "200"), ("content-type", "application/grpc")])
+
+
+def answering(data: bytes, status: str = "0", message: str = "") -> Reply:
+    def reply(conn: h2.connection.H2Connection, stream: int) -> None:
+        grpc_headers(conn, stream)
+        if data:
+            conn.send_data(stream, data)
+        conn.send_headers(stream, [("grpc-status", status), ("grpc-message", message)], True)
+
+    return reply
+
+
+def resetting(conn: h2.connection.H2Connection, stream: int) -> None:
+    conn.reset_stream(stream, error_code=2)
+
+
+def quick(address: str) -> Etcd:
+    return Etcd([address], timeout=0.5, transport="grpc", max_answer=64 * 1024)
+
+
+def put_answer(revision: int) -> bytes:
+    answer: bytes = pb.PutResponse(header=pb.ResponseHeader(revision=revision)).SerializeToString()
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("reply", "words"),
+    [
+        (answering(frame(b"", length=10**9)), "more than 65536"),
+        (answering(frame(b"x" * 10, flag=1)), "compressed"),
+        (answering(frame(b"\xff\xff\xff")), "cannot read"),
+        (answering(frame(b"abc", length=10)), "middle of a message"),
+        (answering(b""), "without an answer"),
+        (answering(frame(put_answer(1)) * 2), "more than one message"),
+        (resetting, "reset"),
+    ],
+    ids=["huge", "compressed", "not-protobuf", "cut", "empty", "two", "reset"],
+)
+async def test_a_hostile_answer_to_a_put_is_a_clear_maybe_applied_error(
+    reply: Reply, words: str
+) -> None:
+    """Every broken answer to a put is an EtcdError naming what is wrong; when the transport
+    broke, the put may have been applied (it was sent) and the next call opens a new
+    connection."""
+    with trio.fail_after(BOUND):
+        async with fake_etcd(serving(reply)) as (address, connections), quick(address) as etcd:
+            for attempt in (1, 2):
+                with pytest.raises(EtcdError, match=words) as caught:
+                    await etcd.put(b"/k", b"v")
+                if isinstance(caught.value, EtcdUnavailable):
+                    # The transport failed: the put may be in, the connection is dropped.
+                    assert caught.value.maybe_applied
+                    assert len(connections) == attempt
+                else:
+                    # HTTP/2 ended the call cleanly, only its message is unreadable (as the
+                    # gateway's JSON of the wrong shape): the connection stays in use.
+                    assert "cannot read" in str(caught.value)
+                    assert len(connections) == 1
+
+
+async def test_a_frame_larger_than_http2_allows_is_a_clear_error() -> None:
+    """A DATA frame over the 16 KiB we allow (SETTINGS_MAX_FRAME_SIZE): a clear error, the
+    put maybe applied, the connection dropped."""
+    oversized = struct.pack(">I", 20000)[1:] + b"\0\0" + struct.pack(">I", 1) + b"x" * 20000
+    with trio.fail_after(BOUND):
+        async with (
+            fake_etcd(serving(grpc_headers, oversized)) as (address, connections),
+            quick(address) as etcd,
+        ):
+            with pytest.raises(EtcdUnavailable, match="FrameTooLarge") as caught:
+                await etcd.put(b"/k", b"v")
+            assert caught.value.maybe_applied
+            with pytest.raises(EtcdUnavailable):
+                await etcd.put(b"/k", b"v")
+            assert len(connections) == 2
+
+
+async def test_etcds_grpc_status_is_its_error() -> None:
+    """A grpc-status other than OK is etcd's error with its message (percent-decoded)."""
+    reply = answering(b"", status="9", message="etcdserver%3A something refused")
+    with trio.fail_after(BOUND):
+        async with fake_etcd(serving(reply)) as (address, _), quick(address) as etcd:
+            with pytest.raises(EtcdError, match="etcdserver: something refused") as caught:
+                await etcd.put(b"/k", b"v")
+            assert caught.value.code == 9
+
+
+async def test_garbage_instead_of_http2_is_a_clear_error() -> None:
+    """A server that answers with bytes that are not HTTP/2: an EtcdError saying so."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        await stream.send_all(b"HTTP/1.1 400 Bad Request\r\n\r\n" + b"\0" * 100)
+        await trio.sleep_forever()
+
+    with trio.fail_after(BOUND):
+        async with fake_etcd(handler) as (address, _), quick(address) as etcd:
+            with pytest.raises(EtcdUnavailable, match="does not speak HTTP/2") as caught:
+                await etcd.put(b"/k", b"v")
+            assert caught.value.maybe_applied
+
+
+async def test_a_put_answered_well_returns_its_revision() -> None:
+    """The fake server itself is sound: a proper answer is read (so the failures above are
+    the hostile answers', not the fake's)."""
+    with trio.fail_after(BOUND):
+        async with (
+            fake_etcd(serving(answering(frame(put_answer(42))))) as (address, connections),
+            quick(address) as etcd,
+        ):
+            assert await etcd.put(b"/k", b"v") == 42
+            assert await etcd.put(b"/k", b"v") == 42
+            assert len(connections) == 1
+
+
+async def test_a_watch_message_that_is_not_protobuf_is_an_etcd_error() -> None:
+    """A watch whose "created" is followed by a message that is not a WatchResponse: the
+    iterator raises an EtcdError naming the watch, bounded."""
+
+    def reply(conn: h2.connection.H2Connection, stream: int) -> None:
+        grpc_headers(conn, stream)
+        conn.send_data(stream, frame(pb.WatchResponse(created=True).SerializeToString()))
+        conn.send_data(stream, frame(b"\xff\xff\xff"))
+
+    with trio.fail_after(BOUND):
+        async with (
+            fake_etcd(serving(reply)) as (address, _),
+            quick(address) as etcd,
+            etcd.watch(b"/w/", start_revision=1) as batches,
+        ):
+            with pytest.raises(EtcdError, match=r"Watch.*cannot read"):
+                await batches.__anext__()
+
+
+async def test_a_watch_message_that_stalls_is_cut() -> None:
+    """A watch message that has begun but never ends: EtcdUnavailable within the timeout."""
+
+    def reply(conn: h2.connection.H2Connection, stream: int) -> None:
+        grpc_headers(conn, stream)
+        conn.send_data(stream, frame(pb.WatchResponse(created=True).SerializeToString()))
+        conn.send_data(stream, frame(b"abc", length=1000))
+
+    with trio.fail_after(BOUND):
+        async with (
+            fake_etcd(serving(reply)) as (address, _),
+            quick(address) as etcd,
+            etcd.watch(b"/w/", start_revision=1) as batches,
+        ):
+            with pytest.raises(EtcdUnavailable, match="did not arrive whole"):
+                await batches.__anext__()
