@@ -23,11 +23,14 @@ async def test_mod_revision_reads_the_last_change_of_a_key(etcd1: EtcdCluster) -
         assert await etcd.mod_revision(b"/watch-test/k", timeout=1.0) == second > first
 
 
-async def test_a_watch_on_a_member_without_a_leader_is_refused(etcd3: EtcdCluster) -> None:
+@pytest.mark.parametrize("transport", ["gateway", "grpc"])
+async def test_a_watch_on_a_member_without_a_leader_is_refused(
+    etcd3: EtcdCluster, transport: str
+) -> None:
     """Two of three members stopped: the third has no leader (after its election timeout),
-    and a watch opened there is refused -- it asked for a leader -- rather than created and
-    left silent for ever."""
-    async with Etcd([etcd3.endpoints[0]], timeout=3.0) as etcd:
+    and a watch opened there is refused -- it asked for a leader (the gateway's header, or
+    the gRPC metadata itself) -- rather than created and left silent for ever."""
+    async with Etcd([etcd3.endpoints[0]], timeout=3.0, transport=transport) as etcd:
         await etcd.put(b"/watch-test/a", b"1")
         etcd3.stop(1)
         etcd3.stop(2)
