@@ -100,17 +100,17 @@ def test_a_replica_an_hour_ahead_breaks_no_lock(tmp_path: Path) -> None:
             "--nodes",
             "3",
             "--duration",
-            "40",
+            "30",
             "--nemesis",
             "clock-skew",
             "--clock-offset",
             "+3600",
             "--warmup",
-            "8",
+            "6",
             "--cooldown",
-            "10",
+            "8",
             "--fault-time",
-            "15,15",
+            "14,14",
             "--seed",
             "29",
         ],
@@ -134,20 +134,20 @@ def test_one_paused_etcd_member_leaves_the_group_available(tmp_path: Path) -> No
     watch's bound, the lease TTL and a failover), and the verdict is valid (no jump at the
     end of the stall expires a session inside its holder's guarantee)."""
     out = tmp_path / "lab"
-    start, end = 8.0, 20.0
+    start, end = 6.0, 18.0
     done = _faults_run(
         out,
         [
             "--nodes",
             "3",
             "--duration",
-            "40",
+            "30",
             "--nemesis",
             "pause-etcd",
             "--warmup",
             str(start),
             "--cooldown",
-            "10",
+            "8",
             "--fault-time",
             f"{end - start},{end - start}",
             "--target-watched",
