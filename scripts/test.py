@@ -48,6 +48,10 @@ Measured on the project's 2-core machine (2026-11-28), the whole README command 
 clone (venv and install included), one quiet sitting (``/work/bin/quiet-run``), at 4ec2a03:
 318 s (5 min 19 s): install 22, pure half 234 (3,251 tests; the wheel built meanwhile, waited
 0 s for it), compiled half 63 (2,271 tests), exit 0; the run's CPU 465 s user + 57 s sys.
+After the stop's merges (issue 31's regression tests, the gRPC transport's tests), on the
+merged tree at b1913b9 in its worktree (install not counted), the machine otherwise idle:
+317 s: pure half 253 (3,317 tests), compiled half 63 (2,273), exit 0; CPU 505 s user + 62 s
+sys; about 5 min 40 s with the install.
 What chose the rule, measured on the shared machine (other helpers' jobs running, so compare
 duration sums, not wall), -n 2, every test in each build at the commit before (a78b4d3): the
 sums of test durations were 1,016 s pure and 972 s compiled (3,558 tests each; wall 527 and
