@@ -47,14 +47,14 @@ import h2.exceptions
 import h2.settings
 import trio
 
+from ._etcd_http import Connection as _Http1
 from ._etcd_http import (
-    MAX_IDLE,
+    ConnectionPool,
     Endpoint,
     MaybeSent,
     NotSent,
     transport_cause,
 )
-from ._etcd_http import Connection as _Http1
 
 __all__ = ["GrpcConnection", "GrpcPool", "GrpcStatus", "grpc_context"]
 
@@ -372,20 +372,15 @@ class MessageReader:
         await conn._flush()
 
 
-class GrpcPool:
+class GrpcPool(ConnectionPool[GrpcConnection]):
     """Kept-alive HTTP/2 connections to a few endpoints, one call at a time on each.
 
     :meth:`unary` runs one call on an idle connection (or a new one) under a deadline;
     :meth:`open_stream` gives a connection of its own to a streaming call, which the caller
     closes with :meth:`close_stream`."""
 
-    def __init__(self, tls: ssl.SSLContext | None, *, max_in_flight: int = 64) -> None:
-        self.tls = tls
-        self._idle: dict[Endpoint, list[GrpcConnection]] = {}
-        self._in_flight = trio.Semaphore(max_in_flight)
-        self._streams: set[GrpcConnection] = set()
-        self.opened = 0
-        self._closed = False
+    async def _connect(self, endpoint: Endpoint) -> GrpcConnection:
+        return await GrpcConnection.open(endpoint, self.tls)
 
     async def unary(
         self,
@@ -398,32 +393,14 @@ class GrpcPool:
         max_message: int,
     ) -> bytes:
         """One unary call and its answer before ``deadline`` (trio time). Raises
-        :class:`GrpcStatus`, or :class:`NotSent` / :class:`MaybeSent` (running out of time
-        is either, by whether a byte went out)."""
-        if self._closed:
-            raise NotSent("the client is closed")
-        conn: GrpcConnection | None = None
-        with trio.move_on_at(deadline):
-            async with self._in_flight:
-                conn = self._take(endpoint)
-                if conn is None:
-                    conn = await GrpcConnection.open(endpoint, self.tls)
-                    self.opened += 1
-                try:
-                    answer = await conn.unary(path, message, metadata, max_message)
-                except GrpcStatus:
-                    self._give_back(conn)
-                    raise
-                except BaseException:
-                    conn.close()
-                    raise
-                self._give_back(conn)
-                return answer
-        if conn is not None:
-            conn.close()
-        if conn is None or not conn.sent:
-            raise NotSent("no connection within the timeout")
-        raise MaybeSent("no answer within the timeout")
+        :class:`GrpcStatus` (the connection stays sound), or :class:`NotSent` /
+        :class:`MaybeSent` (running out of time is either, by whether a byte went out)."""
+        return await self._run(
+            endpoint,
+            lambda conn: conn.unary(path, message, metadata, max_message),
+            deadline=deadline,
+            keeps=(GrpcStatus,),
+        )
 
     async def open_stream(
         self,
@@ -435,48 +412,10 @@ class GrpcPool:
     ) -> tuple[GrpcConnection, MessageReader]:
         """A new connection that has started a streaming call with ``message``; the caller
         reads the answers, bounds the time, and ends it with :meth:`close_stream`."""
-        if self._closed:
-            raise NotSent("the client is closed")
-        conn = await GrpcConnection.open(endpoint, self.tls)
-        self.opened += 1
-        self._streams.add(conn)
+        conn = await self._dedicated(endpoint)
         try:
             reader = await conn.open_stream(path, message, metadata, max_message)
         except BaseException:
             self.close_stream(conn)
             raise
         return conn, reader
-
-    def close_stream(self, conn: GrpcConnection) -> None:
-        self._streams.discard(conn)
-        conn.close()
-
-    def close(self) -> None:
-        """Close every connection, idle or streaming; the pool refuses new calls."""
-        self._closed = True
-        for conns in self._idle.values():
-            for conn in conns:
-                conn.close()
-        self._idle.clear()
-        for conn in list(self._streams):
-            conn.close()
-        self._streams.clear()
-
-    def _take(self, endpoint: Endpoint) -> GrpcConnection | None:
-        idle = self._idle.get(endpoint)
-        while idle:
-            conn = idle.pop()
-            if conn.reusable():
-                return conn
-            conn.close()
-        return None
-
-    def _give_back(self, conn: GrpcConnection) -> None:
-        if self._closed or not conn.reusable():
-            conn.close()
-            return
-        idle = self._idle.setdefault(conn.endpoint, [])
-        if len(idle) >= MAX_IDLE:
-            conn.close()
-            return
-        idle.append(conn)

@@ -42,7 +42,8 @@ from __future__ import annotations
 import errno
 import socket
 import ssl
-from typing import Final
+from collections.abc import Awaitable, Callable
+from typing import Final, Generic, Protocol, TypeVar
 
 import attrs
 import h11
@@ -51,6 +52,7 @@ import trio
 __all__ = [
     "MAX_ANSWER",
     "Connection",
+    "ConnectionPool",
     "Endpoint",
     "MaybeSent",
     "NotSent",
@@ -241,7 +243,7 @@ class Connection:
         """Close at once (no TLS close_notify: nothing is waited for)."""
         self.sock.close()
 
-    def clean(self) -> bool:
+    def reusable(self) -> bool:
         """Whether this idle connection can carry another request: both sides kept it alive
         and nothing (an EOF, a TLS alert, stray bytes) arrived since its last answer."""
         if self._h11.our_state is not h11.IDLE or self._h11.their_state is not h11.IDLE:
@@ -391,20 +393,139 @@ async def _handshake(sock: ssl.SSLSocket) -> None:
 # --- the pool ---------------------------------------------------------------------------------
 
 
-class Pool:
-    """Kept-alive connections to a few endpoints, and the bound on requests in flight.
+class PooledConnection(Protocol):
+    """What :class:`ConnectionPool` needs of a connection (HTTP/1.1 here, HTTP/2 in
+    ``_etcd_grpc``)."""
 
-    :meth:`request` runs one exchange on an idle connection (or a new one) under a deadline;
-    :meth:`open_stream` gives a dedicated connection for a streamed answer (a watch), which
-    the caller closes. ``tls`` is the context every https endpoint is verified with."""
+    endpoint: Endpoint
+    #: Whether a byte of the current exchange went out (an exchange cut off then may have
+    #: been applied).
+    sent: bool
+
+    def close(self) -> None: ...
+
+    def reusable(self) -> bool: ...
+
+
+C = TypeVar("C", bound=PooledConnection)
+T = TypeVar("T")
+
+
+class ConnectionPool(Generic[C]):
+    """Kept-alive connections to a few endpoints, one exchange at a time on each, and the
+    bound on exchanges in flight: the bookkeeping both transports share. A subclass says how
+    a connection is opened (:meth:`_connect`) and runs its exchanges through :meth:`_run`
+    (one exchange on an idle or new connection, under a deadline) or :meth:`_dedicated` (a
+    connection of its own for a streamed answer, ended with :meth:`close_stream`). ``tls``
+    is the context every https endpoint is verified with."""
 
     def __init__(self, tls: ssl.SSLContext | None, *, max_in_flight: int = 64) -> None:
         self.tls = tls
-        self._idle: dict[Endpoint, list[Connection]] = {}
+        self._idle: dict[Endpoint, list[C]] = {}
         self._in_flight = trio.Semaphore(max_in_flight)
-        self._streams: set[Connection] = set()
+        self._streams: set[C] = set()
         self.opened = 0
         self._closed = False
+
+    async def _connect(self, endpoint: Endpoint) -> C:
+        raise NotImplementedError
+
+    async def _run(
+        self,
+        endpoint: Endpoint,
+        exchange: Callable[[C], Awaitable[T]],
+        *,
+        deadline: float,
+        keeps: tuple[type[BaseException], ...] = (),
+    ) -> T:
+        """``exchange`` on an idle connection to ``endpoint`` (or a new one) before
+        ``deadline`` (trio time). The connection goes back to the idle ones after it, or
+        after an exception of ``keeps`` (an answer that leaves the connection sound), and is
+        closed after any other. Raises :class:`NotSent` or :class:`MaybeSent` when time runs
+        out (by whether a byte went out)."""
+        if self._closed:
+            raise NotSent("the client is closed")
+        conn: C | None = None
+        with trio.move_on_at(deadline):
+            async with self._in_flight:
+                conn = self._take(endpoint)
+                if conn is None:
+                    conn = await self._connect(endpoint)
+                    self.opened += 1
+                try:
+                    answer = await exchange(conn)
+                except keeps:
+                    self._give_back(conn)
+                    raise
+                except BaseException:
+                    conn.close()
+                    raise
+                self._give_back(conn)
+                return answer
+        if conn is not None:
+            conn.close()
+        if conn is None or not conn.sent:
+            raise NotSent("no connection within the timeout")
+        raise MaybeSent("no answer within the timeout")
+
+    async def _dedicated(self, endpoint: Endpoint) -> C:
+        """A new connection to ``endpoint`` for a streamed answer, counted among the streams
+        (closed with the pool)."""
+        if self._closed:
+            raise NotSent("the client is closed")
+        conn = await self._connect(endpoint)
+        self.opened += 1
+        self._streams.add(conn)
+        return conn
+
+    def close_stream(self, conn: C) -> None:
+        self._streams.discard(conn)
+        conn.close()
+
+    def close(self) -> None:
+        """Close every connection, idle or streaming; the pool refuses new exchanges."""
+        self._closed = True
+        for conns in self._idle.values():
+            for conn in conns:
+                conn.close()
+        self._idle.clear()
+        for conn in list(self._streams):
+            conn.close()
+        self._streams.clear()
+
+    def _take(self, endpoint: Endpoint) -> C | None:
+        idle = self._idle.get(endpoint)
+        while idle:
+            conn = idle.pop()
+            if conn.reusable():
+                return conn
+            conn.close()
+        return None
+
+    def _give_back(self, conn: C) -> None:
+        if self._closed or not conn.reusable():
+            conn.close()
+            return
+        idle = self._idle.setdefault(conn.endpoint, [])
+        if len(idle) >= MAX_IDLE:
+            conn.close()
+            return
+        idle.append(conn)
+
+
+class Pool(ConnectionPool[Connection]):
+    """HTTP/1.1 connections to etcd's gateway: :meth:`request` runs one exchange on an idle
+    connection (or a new one) under a deadline; :meth:`open_stream` gives a dedicated
+    connection for a streamed answer (a watch), which the caller closes."""
+
+    async def _connect(self, endpoint: Endpoint) -> Connection:
+        return await Connection.open(endpoint, self.tls)
+
+    def _take(self, endpoint: Endpoint) -> Connection | None:
+        conn = super()._take(endpoint)
+        if conn is not None:
+            conn.reused = True
+        return conn
 
     async def request(
         self,
@@ -419,27 +540,11 @@ class Pool:
         """One POST and its whole answer before ``deadline`` (trio time). Raises
         :class:`NotSent` or :class:`MaybeSent` (running out of time is either, by whether a
         byte went out)."""
-        if self._closed:
-            raise NotSent("the client is closed")
-        conn: Connection | None = None
-        with trio.move_on_at(deadline):
-            async with self._in_flight:
-                conn = self._take(endpoint)
-                if conn is None:
-                    conn = await Connection.open(endpoint, self.tls)
-                    self.opened += 1
-                try:
-                    answer = await conn.request(target, body, headers, max_answer)
-                except BaseException:
-                    conn.close()
-                    raise
-                self._give_back(conn)
-                return answer
-        if conn is not None:
-            conn.close()
-        if conn is None or not conn.sent:
-            raise NotSent("no connection within the timeout")
-        raise MaybeSent("no answer within the timeout")
+        return await self._run(
+            endpoint,
+            lambda conn: conn.request(target, body, headers, max_answer),
+            deadline=deadline,
+        )
 
     async def open_stream(
         self, endpoint: Endpoint, target: str, body: bytes, headers: list[tuple[str, str]]
@@ -447,11 +552,7 @@ class Pool:
         """A new connection that has sent ``body`` and read the answer's head: (connection,
         status). The caller reads the body with :meth:`Connection.read_body`, bounds the
         time, and ends it with :meth:`close_stream`."""
-        if self._closed:
-            raise NotSent("the client is closed")
-        conn = await Connection.open(endpoint, self.tls)
-        self.opened += 1
-        self._streams.add(conn)
+        conn = await self._dedicated(endpoint)
         try:
             await conn.send_request(target, body, headers)
             status = await conn.read_head(MAX_ANSWER)
@@ -459,38 +560,3 @@ class Pool:
             self.close_stream(conn)
             raise
         return conn, status
-
-    def close_stream(self, conn: Connection) -> None:
-        self._streams.discard(conn)
-        conn.close()
-
-    def close(self) -> None:
-        """Close every connection, idle or streaming; the pool refuses new requests."""
-        self._closed = True
-        for conns in self._idle.values():
-            for conn in conns:
-                conn.close()
-        self._idle.clear()
-        for conn in list(self._streams):
-            conn.close()
-        self._streams.clear()
-
-    def _take(self, endpoint: Endpoint) -> Connection | None:
-        idle = self._idle.get(endpoint)
-        while idle:
-            conn = idle.pop()
-            if conn.clean():
-                conn.reused = True
-                return conn
-            conn.close()
-        return None
-
-    def _give_back(self, conn: Connection) -> None:
-        if self._closed or not conn.clean():
-            conn.close()
-            return
-        idle = self._idle.setdefault(conn.endpoint, [])
-        if len(idle) >= MAX_IDLE:
-            conn.close()
-            return
-        idle.append(conn)
