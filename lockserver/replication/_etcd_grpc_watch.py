@@ -30,6 +30,7 @@ from ._etcd_json import (
     error_of,
     malformed,
 )
+from ._etcd_watch import join_fragments
 
 __all__ = ["GrpcWatchStream"]
 
@@ -116,25 +117,9 @@ class GrpcWatchStream:
             )
             for e in response.events
         ]
-        if self._held:
-            events = self._held + events
-            self._held = []
-            self._held_bytes = 0
-        if events and response.fragment:
-            # More of this response follows: its last revision may continue there.
-            last = events[-1].mod_revision
-            cut = len(events)
-            while cut and events[cut - 1].mod_revision == last:
-                cut -= 1
-            self._held = events[cut:]
-            self._held_bytes = sum(len(e.key) + len(e.value) for e in self._held)
-            if self._held_bytes > self._max:
-                raise EtcdUnavailable(
-                    f"etcd at {self.url}: one revision of the watch passes {self._max} bytes "
-                    "across fragments",
-                    endpoint=self.url,
-                )
-            events = events[:cut]
+        events, self._held, self._held_bytes = join_fragments(
+            self._held, events, response.fragment, self._max, self.url
+        )
         if events:
             self._pending.append(events)
 

@@ -46,7 +46,32 @@ from ._etcd_json import (
     malformed,
 )
 
-__all__ = ["WatchStream"]
+__all__ = ["WatchStream", "join_fragments"]
+
+
+def join_fragments(
+    held: list[WatchEvent], events: list[WatchEvent], fragment: bool, bound: int, url: str
+) -> tuple[list[WatchEvent], list[WatchEvent], int]:
+    """A watch response's ``events`` after those ``held`` back from the previous fragment:
+    ``(events to deliver now, events to hold, their bytes)``. While more of a response
+    follows (``fragment``), its last revision may continue there, so its events are held;
+    held events past ``bound`` bytes raise EtcdUnavailable."""
+    if held:
+        events = held + events
+    if not (events and fragment):
+        return events, [], 0
+    last = events[-1].mod_revision
+    cut = len(events)
+    while cut and events[cut - 1].mod_revision == last:
+        cut -= 1
+    held = events[cut:]
+    held_bytes = sum(len(e.key) + len(e.value) for e in held)
+    if held_bytes > bound:
+        raise EtcdUnavailable(
+            f"etcd at {url}: one revision of the watch passes {bound} bytes across fragments",
+            endpoint=url,
+        )
+    return events[:cut], held, held_bytes
 
 
 class WatchStream:
@@ -124,25 +149,9 @@ class WatchStream:
             events = [WatchEvent.from_json(e) for e in raw]
         except (TypeError, ValueError, AttributeError) as e:
             raise malformed(self.url, "/v3/watch", str(e)) from None
-        if self._held:
-            events = self._held + events
-            self._held = []
-            self._held_bytes = 0
-        if events and result.get("fragment", False):
-            # More of this response follows: its last revision may continue there.
-            last = events[-1].mod_revision
-            cut = len(events)
-            while cut and events[cut - 1].mod_revision == last:
-                cut -= 1
-            self._held = events[cut:]
-            self._held_bytes = sum(len(e.key) + len(e.value) for e in self._held)
-            if self._held_bytes > self._max_line:
-                raise EtcdUnavailable(
-                    f"etcd at {self.url}: one revision of the watch passes {self._max_line} "
-                    "bytes across fragments",
-                    endpoint=self.url,
-                )
-            events = events[:cut]
+        events, self._held, self._held_bytes = join_fragments(
+            self._held, events, bool(result.get("fragment", False)), self._max_line, self.url
+        )
         if events:
             self._pending.append(events)
 
