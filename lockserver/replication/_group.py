@@ -58,7 +58,9 @@ applied when it stamped the entry, ``ops`` the msgpack array of the entry's ops 
 (zlib, level 1; :func:`encode_ops`): an entry is written to etcd's WAL and database and sent
 to every watcher base64'd in JSON, and its ops repeat sessions, namespaces and keys, so
 deflating it cuts what etcd and every replica handle several-fold (measured on lockbench's
-load: a 64-op entry of 7.9 kB deflates to 0.7 kB, in 24 µs; inflating takes 10 µs). With a
+load: a 64-op entry of 7.9 kB deflates to 0.7 kB, in 24 µs; inflating takes 10 µs). Ops of
+less than 1 KiB (a lone client's entry) are a zlib stream too, of one stored block: they
+deflate by little, and deflating cost their proposer more than the rest of the encoding. With a
 group secret the entry is sealed (``_groupauth``: a key id and an HMAC-SHA256 tag before it).
 The header stays plain: an entry that is skipped (its replica is not registered, its batch
 applied already) is not inflated. Formats 2 (``[2, replica, batch, stamp, trust, ops]``) and
@@ -89,6 +91,7 @@ from __future__ import annotations
 import io
 import math
 import pickle
+import struct
 import zlib
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
@@ -120,6 +123,7 @@ __all__ = [
     "EntryFormatError",
     "EntryKeyError",
     "MAX_OPS_BYTES",
+    "STORED_BELOW",
     "Barrier",
     "Entry",
     "Genesis",
@@ -139,6 +143,13 @@ ENTRY_FORMAT: Final = 3
 #: Bytes an entry's ops may inflate to (a bound against a corrupt entry; a proposer's entry
 #: is far below it: etcd takes at most ~1.5 MiB per value, and ops deflate ~10-fold).
 MAX_OPS_BYTES: Final = 1 << 28
+#: Bytes of packed ops below which an entry carries them stored rather than deflated: a
+#: lone client's entry (one op, ~100-300 bytes) deflates by little, and zlib's setup (its
+#: ~270 KiB of state, cold in a busy replica) cost ~20 µs of the proposer's critical path
+#: per entry (benchmarks/group_probe.py, issue 29); batches of many ops still deflate.
+STORED_BELOW: Final = 1024
+_STORED_HEAD: Final = struct.Struct("<HH")
+_ADLER: Final = struct.Struct(">I")
 #: Grants one entry may make before its fences would reach the next revision's.
 FENCES_PER_REVISION: Final = 1 << 16
 #: Seconds one stamp may move the group's time past where it stands (more is clamped).
@@ -225,8 +236,22 @@ def _feed_limits(genesis: Genesis) -> dict[str, int]:
 
 
 def encode_ops(ops: list[list[Any]]) -> bytes:
-    """An entry's ops as the entry carries them: their msgpack array, deflated."""
-    return zlib.compress(pack(ops), 1)
+    """An entry's ops as the entry carries them: their msgpack array as a zlib stream --
+    deflated, or, below :data:`STORED_BELOW` bytes, in one *stored* block (RFC 1950/1951:
+    the bytes as they are, with their length and Adler-32). Both inflate alike, so a
+    replica of any version of format 2 or 3 reads either (the format is unchanged)."""
+    raw = pack(ops)
+    if len(raw) < STORED_BELOW:
+        return _stored(raw)
+    return zlib.compress(raw, 1)
+
+
+def _stored(raw: bytes) -> bytes:
+    """``raw`` as a zlib stream of one final stored block (at most 65,535 bytes): CMF 0x78
+    (deflate, 32 KiB window), FLG 0x01 (no dictionary, level "fastest", a header that is a
+    multiple of 31), BFINAL=1 and BTYPE=00, LEN and its complement, the bytes, Adler-32."""
+    n = len(raw)
+    return b"\x78\x01\x01" + _STORED_HEAD.pack(n, n ^ 0xFFFF) + raw + _ADLER.pack(zlib.adler32(raw))
 
 
 def decode_ops(packed: bytes | list[list[Any]]) -> list[list[Any]]:
