@@ -46,9 +46,9 @@ Theory of operation (docs/replication.md):
   ``call_bound`` per attempt. Both bounds derive from the lease and commit timings. A jump
   of the group's time after such a stall spares the sessions served meanwhile (``_group``).
   A replica that nothing waits on (no client connection made a call, nothing proposed or
-  being committed) lets the watch's entries gather for ``IDLE_GATHER`` (4 ms) after it
-  drained the stream, then applies them in one wake-up: its state is up to 4 ms older,
-  which no one can observe but ``stats``; a proposal ends the pause at once.
+  being committed) lets the watch's entries gather for ``IDLE_GATHER`` (4 ms) after a light
+  batch that drained the stream, then applies them in one wake-up: its state is up to 4 ms
+  older, which no one can observe but ``stats``; a proposal ends the pause at once.
 - **Halting**: an authenticated entry of a format this version does not know (a newer
   replica wrote it), or keys that cannot read a registered replica's entries, halt the
   replica: it closes its connections, leaves the group (revokes its lease), refuses every
@@ -168,6 +168,12 @@ IDLE_GATHER: Final = 0.004
 #: Seconds the watch must have waited for its last batch for the stream to count as drained
 #: (a batch that came sooner was buffered already: a backlog is applied without pause).
 GATHER_AFTER_WAIT: Final = 0.0001
+#: Seconds of applying a batch below which the replica pauses after it: a wake-up is worth
+#: saving next to a light batch (a lone client's entry: ~50 µs), not next to a heavy one,
+#: where the pauses only gather bursts that every idle replica (receiving the same entries
+#: at the same moment) then runs at once, against the serving replica (measured: pipelined
+#: p99 +20 % without this bound).
+GATHER_APPLY_BELOW: Final = 0.0005
 #: Seconds between two warnings of one kind (rejected records, a clock re-anchored): one
 #: warning per burst, naming the first revision of it.
 WARN_EVERY: Final = 10.0
@@ -627,15 +633,21 @@ class Replica:
                         self._applied_at = trio.current_time()
                         waited_from = trio.current_time()
                         async for events in batches:
-                            drained = trio.current_time() - waited_from > GATHER_AFTER_WAIT
+                            came = trio.current_time()
                             self._apply(events)
-                            if drained and self._unwatched():
+                            done = trio.current_time()
+                            if (
+                                came - waited_from > GATHER_AFTER_WAIT  # the stream drained
+                                and done - came < GATHER_APPLY_BELOW  # a light load
+                                and self._unwatched()
+                            ):
                                 # Nobody here waits on the log: let entries gather (the
                                 # module's "Watching"); a proposal ends the pause.
                                 self.gathers += 1
                                 with trio.move_on_after(IDLE_GATHER):
                                     await self._have_ops.wait()
-                            waited_from = trio.current_time()
+                                done = trio.current_time()
+                            waited_from = done
                 self._watch_scope = None
                 if scope.cancelled_caught:
                     continue  # the guard found it stale: reopen at once, elsewhere

@@ -2,8 +2,9 @@
 acquire shares the machine with every replica's per-entry work): while a client works on
 one replica, another with no client pauses between drained batches (``watch_gathers``
 counts the pauses) and still applies every entry, reaching the same full state; the serving
-replica never pauses; and once a client works on the idle replica too, it stops pausing,
-its waiter is granted by a release made on the other replica, and both hold the same state.
+replica never pauses, nor does an idle one after a batch heavier than the bound; and once a
+client works on the idle replica too, it stops pausing, its waiter is granted by a release
+made on the other replica, and both hold the same state.
 
 On a real etcd (one member), replicas in this process, every test bounded by
 ``trio.fail_after``; nothing asserts on elapsed time."""
@@ -80,5 +81,24 @@ async def test_a_replica_with_a_client_stops_gathering(
                 assert granted == [True]
                 assert _gathers(b) == paused
                 await caught_up(a, b)
+                assert b.replica.state.fingerprint() == a.replica.state.fingerprint()
+            nursery.cancel_scope.cancel()
+
+
+async def test_no_pause_after_a_heavy_batch(
+    etcd1: EtcdCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the bound on a light batch at zero, every batch is heavy: the idle replica never
+    pauses, and still applies every entry."""
+    monkeypatch.setattr(_replica, "GATHER_APPLY_BELOW", 0.0)
+    group = f"gather{next(_groups)}"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            a, b = [await start(nursery, etcd1, group) for _ in range(2)]
+            async with session_on(a.port, "S") as s:
+                for i in range(20):
+                    assert (await s.execute("ns", acquire(f"v{i}", "S"))).ok
+                await caught_up(a, b)
+                assert _gathers(b) == 0
                 assert b.replica.state.fingerprint() == a.replica.state.fingerprint()
             nursery.cancel_scope.cancel()
