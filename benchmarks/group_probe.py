@@ -6,15 +6,17 @@ Two parts, one script:
 - ``serve``: runs the ``lockserver`` command in this process with probes wrapped around the
   steps of a request's path (nothing in ``lockserver`` changes: the wrappers are installed
   here, on the pure build, before the server starts). On SIGUSR1 it writes ``--out``
-  (JSON): per step, the p50 / p90 of the time from the client's frame being read. The steps:
-  ``frame`` (the request handler gets the bytes) -> ``propose`` (the op is queued) ->
-  ``encode`` (the proposer starts the entry) -> ``encoded`` (msgpack + deflate done) ->
-  ``sealed`` -> ``put_call`` (the etcd client is asked) -> ``put_written`` (the gRPC
-  frame's send returned) -> ``put_answer`` (the put's answer is back) / ``watch`` (a watch
-  batch reached ``_apply``) -> ``applied`` (the entry went through the state machine) ->
-  ``deliver`` (the answers reach the shell) -> ``reply`` (the reply's send returned). A
-  cycle is the first occurrence of each step after a ``frame``; cycles where an earlier
-  step is missing or another frame intervenes are dropped (ticks and heartbeats).
+  (JSON): per step, the p50 / p90 of the time from the client's frame being read. The steps
+  (``STEPS``): ``frame`` (the request handler gets the bytes) -> ``propose`` (the op is
+  queued) -> ``fit`` (the proposer task runs) -> ``encode`` / ``encoded`` (the entry built)
+  -> ``sealed`` -> ``put_call`` (the etcd client is asked) -> ``pool`` -> ``reusable`` (a
+  kept-alive connection checked) -> ``h2_start`` / ``h2_done`` (HEADERS and DATA built) ->
+  ``flush_call`` / ``put_written`` (their send returned) -> ``watch_msg`` (a watch message
+  parsed) -> ``watch`` (its batch reached ``_apply``) -> ``applied`` (the entry went through
+  the state machine) -> ``deliver`` / ``reply`` (the answers written), and ``put_answer``
+  (the put's answer is back). A cycle is the first occurrence of each step after a
+  ``frame`` (after its ``put_call``, for the steps from there on); cycles without a reply
+  or a put are dropped (ticks and heartbeats).
 - ``run`` (the default): one etcd member, ``--replicas`` replicas (replica 0 through
   ``serve``), ``cload`` strict against replica 0 for ``--duration`` seconds; reads every
   process's CPU (``/proc``, utime + stime) at the window's edges and prints it per
