@@ -993,7 +993,6 @@ class Replica:
         (:func:`encode_snapshot`): exactly as it stood at that revision, while the replica
         goes on applying and serving."""
         revision = self.state.revision
-        previous = self.snapshot_revision
         self.applied_since_snapshot = 0
         began = time.perf_counter()
         encoded = await encode_snapshot(self.state)
@@ -1012,7 +1011,7 @@ class Replica:
         self.snapshots_written += 1
         if self.settings.compact:
             try:
-                await compact_in_steps(self.etcd, previous, revision)
+                await self.etcd.compact(revision)
             except EtcdError as exc:  # compacted further already, by someone else
                 log.info("replica %s: compaction at %d: %s", self.rid, revision, exc)
         # The phases' durations, so an operator (and group_latency's timeline) can line a
@@ -1240,41 +1239,6 @@ async def encode_snapshot(state: GroupState) -> EncodedSnapshot:
     if status != 0 or len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) != len(body):
         raise SnapshotError(f"encoding a snapshot failed in its child process (status {status})")
     return EncodedSnapshot(body, parts[1].decode(), fork_s)
-
-
-#: Revisions one compaction call covers at most, and the seconds after each
-#: (:func:`compact_in_steps`).
-COMPACT_STEP: Final = 250
-COMPACT_PAUSE: Final = 0.025
-
-
-def compaction_steps(previous: int, revision: int, step: int = COMPACT_STEP) -> list[int]:
-    """The revisions to compact etcd to, in order, when its history is dropped up to
-    ``previous`` and should be up to ``revision``: every ``step`` revisions after
-    ``previous``, then ``revision`` (nothing when ``revision`` is not after ``previous``).
-
-    Why in steps: etcd deletes a compaction's revisions in the background, a thousand at a
-    time, holding its write lock through each batch and its commit; a batch of a thousand
-    log entries and snapshot chunks held the log's puts for up to ~20 ms (issue 29: the
-    worst request of a quiet window fell inside such a compaction). A compaction of at
-    most ``step`` revisions makes each batch that much smaller."""
-    if step < 1:
-        raise ValueError(f"a compaction step is at least 1 revision, not {step}")
-    if revision <= previous:
-        return []
-    return [*range(previous + step, revision, step), revision]
-
-
-async def compact_in_steps(
-    etcd: Etcd, previous: int, revision: int, *, pause: float = COMPACT_PAUSE
-) -> None:
-    """Compact etcd to ``revision`` through :func:`compaction_steps`, pausing ``pause``
-    seconds after each step (etcd answers a compaction before it has deleted anything: the
-    pause lets one step's deletion end before the next begins, and the log's puts go
-    between). A step etcd has compacted past already costs one call."""
-    for target in compaction_steps(previous, revision):
-        await etcd.compact(target)
-        await trio.sleep(pause)
 
 
 class Step(NamedTuple):

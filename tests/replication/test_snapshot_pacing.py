@@ -22,12 +22,10 @@ from lockbench.etcd import EtcdCluster
 from lockserver import ServerConfig
 from lockserver._gcstats import POLICY
 from lockserver.replication import _replica
-from lockserver.replication._etcd import Compacted, Etcd
+from lockserver.replication._etcd import Etcd
 from lockserver.replication._replica import (
     VALUE_LIMIT,
     EncodedSnapshot,
-    compact_in_steps,
-    compaction_steps,
     encode_snapshot,
     group_prefix,
     load_state,
@@ -89,25 +87,6 @@ def test_the_plan_refuses_nonsense(size: int, old: int, chunk: int, rate: int) -
     """A chunk or rate below 1, a negative size or chunk count: ValueError."""
     with pytest.raises(ValueError, match="chunk and rate"):
         snapshot_plan(size, old, chunk, rate)
-
-
-@given(previous=st.integers(0, 10**6), more=st.integers(-5, 5000), step=st.integers(1, 1000))
-def test_compaction_goes_in_steps_up_to_the_revision(previous: int, more: int, step: int) -> None:
-    """The steps rise by ``step`` from ``previous`` and end at the revision, none larger than
-    ``step``; nothing when the revision is not after ``previous``."""
-    revision = previous + more
-    steps = compaction_steps(previous, revision, step)
-    if revision <= previous:
-        assert steps == []
-        return
-    assert steps[-1] == revision
-    assert all(0 < b - a <= step for a, b in itertools.pairwise([previous, *steps]))
-
-
-def test_a_compaction_step_is_at_least_one_revision() -> None:
-    """A step below 1: ValueError."""
-    with pytest.raises(ValueError, match="at least 1 revision"):
-        compaction_steps(0, 10, 0)
 
 
 # --- the settings ---------------------------------------------------------------------------
@@ -208,25 +187,6 @@ async def test_no_write_goes_before_the_plan_allows_it(
     chunk_and_delete_times = [at for at, _ in calls[:20] + calls[21 : 21 + deletions]]
     for step, at in zip(steps, chunk_and_delete_times, strict=True):
         assert at - began >= step.at - 1e-6
-
-
-async def test_compacting_in_steps_drops_the_history_up_to_the_revision(
-    etcd1: EtcdCluster,
-) -> None:
-    """After :func:`compact_in_steps` from a revision 600 revisions back (3 steps), the key
-    reads as of the target revision and not before it; a second call for the same range
-    (etcd compacted past it already) is not an error."""
-    async with Etcd(etcd1.endpoints) as etcd:
-        first = await etcd.current_revision()
-        for i in range(600):
-            await etcd.put(b"/compact/k", b"%d" % i)
-        target = await etcd.current_revision() - 10
-        await compact_in_steps(etcd, first, target, pause=0)
-        kvs, _ = await etcd.get_prefix(b"/compact/", revision=target)
-        assert kvs[0].value == b"%d" % (600 - 11)
-        with pytest.raises(Compacted):
-            await etcd.get_prefix(b"/compact/", revision=target - 1)
-        await compact_in_steps(etcd, first, target, pause=0)
 
 
 async def test_a_replica_writes_its_snapshots_in_its_chunk_size(etcd1: EtcdCluster) -> None:
