@@ -35,7 +35,8 @@ and, after each group run, prints what the replicas logged during it (snapshots,
 beside the time of the run's worst request, and each replica's collector pauses in the run
 (the ``gc`` statistics, before and after): the material to find a window's worst.
 ``--snapshot-every N`` passes ``--replica-snapshot-every N`` to the replicas, so a short run
-writes snapshots inside its windows.
+writes snapshots inside its windows. Each group starts on a clean etcd (every key deleted,
+the history compacted: ``clean_slate``), as a group that has its etcd to itself would.
 
 The table: per round and system, tx/s, p50, p99 and the worst (per window for cload);
 then the medians and the ratio of the group's strict p50 to etcd's put p50 (both ways).
@@ -190,6 +191,19 @@ def group_run(exe: Path, address: str, pid: int, shape: str, duration: float) ->
     }
 
 
+def clean_slate(etcd: Any) -> None:
+    """Delete every key and compact etcd's whole history (physically: when this returns,
+    etcd has done it), so the group that starts next compacts only its own history and
+    scans only its own keys: on one etcd, the groups and put loops before it would
+    otherwise leave their keys and revisions to the next group's first compaction (which
+    then stalled its writes for tens of ms, a figure of the sitting, not of the group)."""
+    from lockbench.etcd import wipe
+
+    wipe(etcd)
+    revision = etcd.admin("/v3/kv/range", {"key": "AA==", "limit": 1})["header"]["revision"]
+    etcd.admin("/v3/kv/compaction", {"revision": revision, "physical": True}, timeout=60.0)
+
+
 def replica_gc(addresses: list[str]) -> list[dict[str, Any] | None]:
     """Each replica's ``gc`` and snapshot figures (None for one that does not answer)."""
     from client import LockClient, LockClientError
@@ -319,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                         os.environ[SERVER_ROOT_VARIABLE] = str(Path(root).resolve())
                     else:
                         os.environ.pop(SERVER_ROOT_VARIABLE, None)
+                    clean_slate(etcd)
                     if name in grpc_roots:
                         scheme = "etcds+grpc://" if secure else "etcd+grpc://"
                         where = [scheme + ",".join(etcd.endpoints)]
