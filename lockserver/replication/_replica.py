@@ -1201,7 +1201,7 @@ async def encode_snapshot(state: GroupState) -> EncodedSnapshot:
             gc.disable()  # no finalizer of the parent's objects runs in the child
             # The lowest CPU priority: pickling takes a CPU for seconds, and on a small
             # machine the replicas and etcd need both; the serving processes go first, the
-            # child takes what they leave (measured: group_latency's worst windows).
+            # child takes what they leave (issue 29: no stall of the group for a snapshot).
             with contextlib.suppress(OSError):
                 os.nice(19)
             encoded = _encode(state)
