@@ -28,6 +28,15 @@ plain: its figures are etcd's own).
 
     python -m benchmarks.group_latency --rounds 3 --duration 10
     python -m benchmarks.group_latency --roots before=/tmp/before,after=. --shapes strict
+    python -m benchmarks.group_latency --log-dir /tmp/gl --snapshot-every 3000 --shapes c64
+
+``--log-dir DIR`` keeps etcd's and every replica's log there (``etcd/``, ``r<round>-<root>/``)
+and, after each group run, prints what the replicas logged during it (snapshots, warnings)
+beside the time of the run's worst request, and each replica's collector pauses in the run
+(the ``gc`` statistics, before and after): the material to find a window's worst.
+``--snapshot-every N`` passes ``--replica-snapshot-every N`` to the replicas, so a short run
+writes snapshots inside its windows. Each group starts on a clean etcd (every key deleted,
+the history compacted: ``clean_slate``), as a group that has its etcd to itself would.
 
 The table: per round and system, tx/s, p50, p99 and the worst (per window for cload);
 then the medians and the ratio of the group's strict p50 to etcd's put p50 (both ways).
@@ -154,14 +163,18 @@ def etcd_lock(port: int, duration: float) -> dict[str, Any]:
 
 
 def group_run(exe: Path, address: str, pid: int, shape: str, duration: float) -> dict[str, Any]:
-    """cload against one replica (already running): its JSON, the figures we table."""
+    """cload against one replica (already running): its JSON, the figures we table, and
+    ``worst_wall``: the wall-clock time of the worst request, estimated from the time cload
+    ended (its window closes ``duration`` before that, less the drain of a few ms)."""
     from benchmarks.cload import RunSpec, run
     from lockbench._spawn import ServerProcess
 
     conns, depth = SHAPES[shape]
     host, port = address.rsplit(":", 1)
     spec = RunSpec(shape="c64", connections=conns, depth=depth, duration=duration, window=10.0)
+    started = time.time()
     raw = run(exe, spec, server=ServerProcess(host, int(port), pid, spawned=False))
+    ended = time.time()
     if raw.get("errors"):
         raise RuntimeError(f"cload saw errors: {raw.get('error_samples')}")
     return {
@@ -171,8 +184,80 @@ def group_run(exe: Path, address: str, pid: int, shape: str, duration: float) ->
         "worst_us": raw["worst_us"],
         "worst_per_window_us": raw["worst_per_window_us"],
         "worst_at_s": raw["worst_at_s"],
+        "wall_start": started,
+        "wall_end": ended,
+        "worst_wall": ended - duration + raw["worst_at_s"],
         "raw": raw,
     }
+
+
+def clean_slate(etcd: Any) -> None:
+    """Delete every key and compact etcd's whole history (physically: when this returns,
+    etcd has done it), so the group that starts next compacts only its own history and
+    scans only its own keys: on one etcd, the groups and put loops before it would
+    otherwise leave their keys and revisions to the next group's first compaction (which
+    then stalled its writes for tens of ms, a figure of the sitting, not of the group)."""
+    from lockbench.etcd import wipe
+
+    wipe(etcd)
+    revision = etcd.admin("/v3/kv/range", {"key": "AA==", "limit": 1})["header"]["revision"]
+    etcd.admin("/v3/kv/compaction", {"revision": revision, "physical": True}, timeout=60.0)
+
+
+def replica_gc(addresses: list[str]) -> list[dict[str, Any] | None]:
+    """Each replica's ``gc`` and snapshot figures (None for one that does not answer)."""
+    from client import LockClient, LockClientError
+
+    out: list[dict[str, Any] | None] = []
+    for address in addresses:
+        try:
+            with LockClient(servers=[[address]], timeout=5) as c:
+                stats = c.statistics()
+        except LockClientError:
+            out.append(None)
+            continue
+        replication = stats.get("replication") or {}
+        out.append(
+            {
+                "gc": stats.get("gc"),
+                "snapshots_written": replication.get("snapshots_written"),
+                "revision": replication.get("revision"),
+            }
+        )
+    return out
+
+
+def _log_time(line: str) -> float | None:
+    """The wall-clock time of a lockserver log line (``%(asctime)s``: local time, ms)."""
+    try:
+        stamp = time.strptime(line[:19], "%Y-%m-%d %H:%M:%S")
+        return time.mktime(stamp) + int(line[20:23]) / 1000
+    except (ValueError, IndexError):
+        return None
+
+
+def timeline(logs: list[Path], r: dict[str, Any]) -> list[str]:
+    """What the replicas logged during run ``r`` (skipping per-request noise), each line with
+    its offset from the run's worst request, and the gc figures of the run per replica."""
+    lines: list[str] = []
+    worst = r["worst_wall"]
+    for i, path in enumerate(logs):
+        if not path.exists():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            at = _log_time(line)
+            if at is not None and r["wall_start"] - 1 <= at <= r["wall_end"] + 1:
+                lines.append(f"  {at - worst:+8.3f} s  replica {i}: {line[24:].strip()[:160]}")
+    pairs = zip(r.get("gc_before", []), r.get("gc_after", []), strict=True)
+    for i, (before, after) in enumerate(pairs):
+        if before and after and before["gc"] and after["gc"]:
+            b, a = before["gc"], after["gc"]
+            counts = [y - x for x, y in zip(b["collections"], a["collections"], strict=True)]
+            lines.append(
+                f"  replica {i}: gc collections {counts}, longest pause ms (since start) "
+                f"{a['pause_max_ms']}, snapshots written {after['snapshots_written']}"
+            )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,12 +279,28 @@ def main(argv: list[str] | None = None) -> int:
         help="NAME,... of --roots whose replicas reach etcd through its gRPC API (etcd+grpc://)",
     )
     p.add_argument("--json", type=Path, default=None, help="write every run here")
+    p.add_argument(
+        "--log-dir",
+        type=Path,
+        default=None,
+        help="keep etcd's and the replicas' logs here; print each run's timeline",
+    )
+    p.add_argument(
+        "--snapshot-every",
+        type=int,
+        default=10_000,
+        help="the replicas' --replica-snapshot-every (entries between two snapshots)",
+    )
     args = p.parse_args(argv)
     shapes = [s for s in args.shapes.split(",") if s]
     roots = [tuple(r.split("=", 1)) for r in args.roots.split(",") if r] or [("group", "")]
     grpc_roots = {name for name in args.grpc.split(",") if name}
     exe = build().path
-    work = Path(tempfile.mkdtemp(prefix="group-latency-"))
+    if args.log_dir is not None:
+        args.log_dir.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="group-latency-", dir=args.log_dir))
+    else:
+        work = Path(tempfile.mkdtemp(prefix="group-latency-"))
     runs: list[dict[str, Any]] = []
 
     def record(rnd: int, system: str, shape: str, r: dict[str, Any]) -> None:
@@ -232,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                         os.environ[SERVER_ROOT_VARIABLE] = str(Path(root).resolve())
                     else:
                         os.environ.pop(SERVER_ROOT_VARIABLE, None)
+                    clean_slate(etcd)
                     if name in grpc_roots:
                         scheme = "etcds+grpc://" if secure else "etcd+grpc://"
                         where = [scheme + ",".join(etcd.endpoints)]
@@ -242,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                         work / f"r{rnd}-{name}",
                         n=3,
                         group=f"b{rnd}{name}",
+                        snapshot_every=args.snapshot_every,
                         # cload's acquires are never released: one pipelined session
                         # passes the default 100,000 entries in a window (as cload.py's own
                         # servers, the limit raised).
@@ -251,10 +354,16 @@ def main(argv: list[str] | None = None) -> int:
                         process = group.replicas[0].process
                         assert process is not None
                         for shape in shapes:
+                            before = replica_gc(group.addresses) if args.log_dir else []
                             r = group_run(
                                 exe, group.addresses[0], process.pid, shape, args.duration
                             )
                             record(rnd, name, shape, r)
+                            if args.log_dir:
+                                r["gc_before"] = before
+                                r["gc_after"] = replica_gc(group.addresses)
+                                logs = [replica.log_path for replica in group.replicas]
+                                print("\n".join(timeline(logs, r)), flush=True)
                 record(
                     rnd, "etcd put http.client", "strict", etcd_put_http_client(port, args.duration)
                 )
@@ -290,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1, default=str))
+    if args.log_dir is not None:
+        print(f"logs kept in {work}")
     return 0
 
 

@@ -744,6 +744,16 @@ class ServerConfig:
         validator=_int_at_least(10),
         metadata=_about(NETWORK, "applied log entries between two snapshots of the group's state"),
     )
+    replica_snapshot_chunk: int = attrs.field(
+        default=16_000,
+        validator=_int_at_least(1024, 1_000_000),
+        metadata=_about(NETWORK, "bytes of a snapshot's state per etcd value (one put each)"),
+    )
+    replica_snapshot_rate: int = attrs.field(
+        default=4_000_000,
+        validator=_int_at_least(65_536, 1_000_000_000),
+        metadata=_about(NETWORK, "bytes per second a snapshot is written to and deleted from etcd"),
+    )
     group_secret_file: str = attrs.field(
         default="",
         validator=_path,

@@ -178,6 +178,8 @@ SERVER_CONFIG_FIELDS = [
     "group",
     "replica_lease_ttl",
     "replica_snapshot_every",
+    "replica_snapshot_chunk",
+    "replica_snapshot_rate",
     "group_secret_file",
     "skip_revision",
     "trust",

@@ -78,6 +78,7 @@ import math
 import os
 import secrets
 import signal
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
@@ -85,6 +86,7 @@ from typing import Any, Final, NamedTuple
 import attrs
 import trio
 
+from lockserver._gcstats import POLICY
 from lockserver._peer import Peer
 from lockserver.engine import (
     BusyTable,
@@ -190,6 +192,9 @@ class ReplicationSettings:
     commit_timeout: float = 3.0
     snapshot_every: int = 10_000
     snapshot_interval: float = 60.0
+    #: Bytes of the snapshot per etcd value, and bytes per second it is written (store_snapshot).
+    snapshot_chunk: int = 16_000
+    snapshot_rate: int = 4_000_000
     compact: bool = True
     #: Log revisions whose entries are skipped, as the operator told every replica.
     skip_revisions: frozenset[int] = frozenset()
@@ -1041,10 +1046,19 @@ class Replica:
         goes on applying and serving."""
         revision = self.state.revision
         self.applied_since_snapshot = 0
+        began = time.perf_counter()
         encoded = await encode_snapshot(self.state)
+        encoded_at = time.perf_counter()
         size, chunks = await store_snapshot(
-            self.etcd, self.prefix, encoded, self._snapshots, revision=revision
+            self.etcd,
+            self.prefix,
+            encoded,
+            self._snapshots,
+            revision=revision,
+            chunk=self.settings.snapshot_chunk,
+            rate=self.settings.snapshot_rate,
         )
+        stored_at = time.perf_counter()
         self.snapshot_revision = revision
         self.snapshots_written += 1
         if self.settings.compact:
@@ -1052,12 +1066,19 @@ class Replica:
                 await self.etcd.compact(revision)
             except EtcdError as exc:  # compacted further already, by someone else
                 log.info("replica %s: compaction at %d: %s", self.rid, revision, exc)
+        # The phases' durations, so an operator (and group_latency's timeline) can line a
+        # latency spike up with the part of the snapshot it fell on.
         log.info(
-            "replica %s: snapshot at revision %d (%d bytes, %d chunks)",
+            "replica %s: snapshot at revision %d (%d bytes, %d chunks; fork %.1f ms, "
+            "encoded in %.3f s, stored in %.3f s, compacted in %.3f s)",
             self.rid,
             revision,
             size,
             chunks,
+            encoded.fork_s * 1000,
+            encoded_at - began,
+            stored_at - encoded_at,
+            time.perf_counter() - stored_at,
         )
         return revision
 
@@ -1183,10 +1204,12 @@ def _open_genesis(value: bytes, group: str, sealer: Sealer | None) -> Genesis:
 
 
 class EncodedSnapshot(NamedTuple):
-    """A state's snapshot bytes (``GroupState.snapshot``) and their SHA-256, hex."""
+    """A state's snapshot bytes (``GroupState.snapshot``) and their SHA-256, hex; ``fork_s``:
+    the seconds the event loop stood still in ``os.fork`` (0 when encoded in process)."""
 
     data: bytes
     sha256: str
+    fork_s: float = 0.0
 
 
 def _encode(state: GroupState) -> EncodedSnapshot:
@@ -1205,6 +1228,7 @@ async def encode_snapshot(state: GroupState) -> EncodedSnapshot:
     exactly the state at the fork: the parent keeps applying entries to its own copy. The
     fork itself copies the process's page tables (milliseconds for hundreds of MB); the child
     copies the pages it touches, so memory may grow by up to the state's size meanwhile.
+    The child runs at the lowest CPU priority (nice 19): the replicas and etcd go first.
     Where ``fork`` is missing, the state is encoded in the event loop. Raises SnapshotError
     when the child fails or takes longer than :data:`SNAPSHOT_ENCODE_TIMEOUT`."""
     if not hasattr(os, "fork"):
@@ -1216,7 +1240,9 @@ async def encode_snapshot(state: GroupState) -> EncodedSnapshot:
             # deadlock on a lock one of them held: this child takes none (it pickles, writes
             # to a pipe and exits; glibc's malloc is fork-safe).
             warnings.simplefilter("ignore", DeprecationWarning)
+            forking = time.perf_counter()
             pid = os.fork()
+            fork_s = time.perf_counter() - forking
     except BaseException:
         os.close(read_fd)
         os.close(write_fd)
@@ -1226,6 +1252,11 @@ async def encode_snapshot(state: GroupState) -> EncodedSnapshot:
         try:
             os.close(read_fd)
             gc.disable()  # no finalizer of the parent's objects runs in the child
+            # The lowest CPU priority: pickling takes a CPU for seconds, and on a small
+            # machine the replicas and etcd need both; the serving processes go first, the
+            # child takes what they leave (issue 29: no stall of the group for a snapshot).
+            with contextlib.suppress(OSError):
+                os.nice(19)
             encoded = _encode(state)
             head = b"%d %s\n" % (len(encoded.data), encoded.sha256.encode())
             view = memoryview(head + encoded.data)
@@ -1252,11 +1283,52 @@ async def encode_snapshot(state: GroupState) -> EncodedSnapshot:
         if not reaped:  # cancelled or timed out: the child is of no more use
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-    head, _, body = bytes(received).partition(b"\n")
+    # One copy of the body (the bytes a store puts), not two: this runs in the event loop.
+    newline = received.find(b"\n")
+    with memoryview(received) as view:
+        head, body = bytes(view[: max(newline, 0)]), bytes(view[newline + 1 :])
+    del received
     parts = head.split(b" ")
     if status != 0 or len(parts) != 2 or not parts[0].isdigit() or int(parts[0]) != len(body):
         raise SnapshotError(f"encoding a snapshot failed in its child process (status {status})")
-    return EncodedSnapshot(body, parts[1].decode())
+    return EncodedSnapshot(body, parts[1].decode(), fork_s)
+
+
+class Step(NamedTuple):
+    """One etcd write of a paced snapshot (:func:`snapshot_plan`): at ``at`` seconds after
+    the writing began, put chunk ``first`` (``put``), or delete the previous snapshot's
+    chunks ``first`` up to ``end`` (not ``put``)."""
+
+    at: float
+    put: bool
+    first: int
+    end: int
+
+
+def snapshot_plan(size: int, old_chunks: int, chunk: int, rate: int) -> list[Step]:
+    """The writes of a snapshot of ``size`` bytes in chunks of ``chunk`` bytes, then the
+    deletion of the previous snapshot's ``old_chunks`` chunks (in runs of about a megabyte,
+    counted at ``chunk`` bytes each), each step no earlier than its bytes allow at ``rate``
+    bytes per second: a step's ``at`` is the bytes written before it divided by ``rate``.
+
+    Why paced: etcd writes its database in one commit every 100 ms, and an apply waits for
+    a commit in progress; a snapshot put at once (15 MB in a few hundred ms) makes commits of
+    megabytes, and each log put queued behind one waits for it -- the group's worst latency
+    (issue 29). Paced, each commit carries at most ``rate / 10`` bytes of snapshot. A
+    deletion counts as the bytes it frees (etcd writes the freed pages back)."""
+    if chunk < 1 or rate < 1 or size < 0 or old_chunks < 0:
+        raise ValueError("chunk and rate are >= 1, size and old_chunks >= 0")
+    steps: list[Step] = []
+    done = 0
+    count = max(1, -(-size // chunk))
+    for i in range(count):
+        steps.append(Step(done / rate, True, i, i + 1))
+        done += min(chunk, size - i * chunk)
+    run = max(1, VALUE_LIMIT // chunk)  # chunks deleted by one request: about a megabyte
+    for i in range(0, old_chunks, run):
+        steps.append(Step(done / rate, False, i, min(i + run, old_chunks)))
+        done += (min(i + run, old_chunks) - i) * chunk
+    return steps
 
 
 async def store_snapshot(
@@ -1266,42 +1338,76 @@ async def store_snapshot(
     sealer: Sealer | None,
     *,
     revision: int | None = None,
+    chunk: int = VALUE_LIMIT,
+    rate: int | None = None,
 ) -> tuple[int, int]:
     """Write ``state`` (a state, or its snapshot encoded at ``revision``) as the group's
-    snapshot (its chunks, then its description, sealed with ``sealer`` when given) and delete
-    the previous one's chunks; (bytes, chunks)."""
+    snapshot (its chunks of at most ``chunk`` bytes, one put at a time, then its description,
+    sealed with ``sealer`` when given) and delete the previous one's chunks; (bytes, chunks).
+    With ``rate``, the writes follow :func:`snapshot_plan` (at most ``rate`` bytes per
+    second, the log's puts going between them); without, as fast as etcd answers."""
+    if not 1 <= chunk <= VALUE_LIMIT:
+        raise ValueError(f"a snapshot chunk is 1..{VALUE_LIMIT} bytes, not {chunk}")
     if isinstance(state, GroupState):
         revision = state.revision
         state = _encode(state)
     assert revision is not None
     data = state.data
-    chunks = [data[i : i + VALUE_LIMIT] for i in range(0, len(data), VALUE_LIMIT)] or [b""]
+    old = await etcd.get(prefix + b"snapshot")
+    previous = None if old is None else _snapshot_description(old.value, sealer)
+    if previous is not None and previous[0] >= revision:
+        previous = None  # not older than this one: not ours to delete
+    old_chunks = 0 if previous is None else previous[1]
+    steps = snapshot_plan(len(data), old_chunks, chunk, rate or 1)
+    count = sum(step.put for step in steps)
     base = prefix + b"snapshot/%020d/" % revision
-    for i, chunk in enumerate(chunks):
-        await etcd.put(base + b"%06d" % i, chunk)
+    began = trio.current_time()
+    for step in steps:
+        if rate is not None:
+            await trio.sleep_until(began + step.at)
+        if step.put:
+            offset = step.first * chunk
+            await etcd.put(base + b"%06d" % step.first, data[offset : offset + chunk])
+            if step.first == count - 1:  # the last chunk: the description, before deleting
+                await _describe(etcd, prefix, revision, count, state, sealer)
+        else:
+            assert previous is not None
+            gone = prefix + b"snapshot/%020d/" % previous[0]
+            await etcd.delete_range(gone + b"%06d" % step.first, gone + b"%06d" % step.end)
+    if previous is not None:  # what a chunk count that lied left (nothing, as a rule)
+        await etcd.delete_prefix(prefix + b"snapshot/%020d/" % previous[0])
+    return len(data), count
+
+
+async def _describe(
+    etcd: Etcd,
+    prefix: bytes,
+    revision: int,
+    chunks: int,
+    state: EncodedSnapshot,
+    sealer: Sealer | None,
+) -> None:
     meta = pack(
         {
             "revision": revision,
-            "chunks": len(chunks),
-            "size": len(data),
+            "chunks": chunks,
+            "size": len(state.data),
             "sha256": state.sha256,
         }
     )
     if sealer is not None:
         meta = sealer.seal_all(meta)
-    old = await etcd.get(prefix + b"snapshot")
     await etcd.put(prefix + b"snapshot", meta)
-    if old is not None:
-        previous = _snapshot_revision(old.value, sealer)
-        if previous is not None and previous < revision:
-            await etcd.delete_prefix(prefix + b"snapshot/%020d/" % previous)
-    return len(data), len(chunks)
 
 
-def _snapshot_revision(value: bytes, sealer: Sealer | None) -> int | None:
-    """The revision a snapshot description names (None when it does not open)."""
+def _snapshot_description(value: bytes, sealer: Sealer | None) -> tuple[int, int] | None:
+    """The revision and chunk count a snapshot description names (None when it does not
+    open)."""
     body = value if sealer is None else sealer.open(value)
-    return None if body is None else int(unpack(body)["revision"])
+    if body is None:
+        return None
+    meta = unpack(body)
+    return int(meta["revision"]), int(meta["chunks"])
 
 
 async def load_state(
@@ -1347,6 +1453,12 @@ async def load_state(
     if len(kvs) != int(meta["chunks"]) or hashlib.sha256(data).hexdigest() != meta["sha256"]:
         raise SnapshotError(f"snapshot at revision {revision} is incomplete or corrupt")
     state = GroupState.restore(data)
+    if POLICY.freeze_big_tables:
+        # The lockserver command's collector policy (_gcstats): the state just restored is
+        # long-lived, and the next collections of the older generations would walk every
+        # object of it (hundreds of thousands for a large state: tens of ms of the loop).
+        # Frozen, the collector never walks it; reference counting still frees it.
+        gc.freeze()
     log.info("loaded the group's snapshot at revision %d (%d bytes)", revision, len(data))
     return state, True
 

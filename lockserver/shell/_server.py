@@ -275,6 +275,8 @@ async def serve(
             group=config.group,
             lease_ttl=config.replica_lease_ttl,
             snapshot_every=config.replica_snapshot_every,
+            snapshot_chunk=config.replica_snapshot_chunk,
+            snapshot_rate=config.replica_snapshot_rate,
             skip_revisions=skip_revisions(config.skip_revision),
         )
         assert etcd_connection is not None

@@ -114,7 +114,7 @@ async def test_a_snapshot_is_the_state_when_asked_while_the_loop_goes_on(
     finally:
         os.close(gate_read)
         os.close(gate_write)
-    data, digest = encoded[0]
+    data, digest = encoded[0].data, encoded[0].sha256
     assert data == before
     assert digest == hashlib.sha256(before).hexdigest()
     assert GroupState.restore(data).fingerprint() == fingerprint

@@ -201,6 +201,7 @@ def _a_valid_other_value(name: str) -> object:
         "replicate": "etcd://127.0.0.1:2379,etcd-2:2379",
         "group": "billing",
         "replica_lease_ttl": 10,
+        "replica_snapshot_rate": 100_000,
     }.get(name, 4096)
 
 
