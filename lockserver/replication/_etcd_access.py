@@ -57,8 +57,8 @@ log = logging.getLogger("lockserver")
 #: Longest password read from a password file, in bytes.
 MAX_PASSWORD: Final = 4096
 _SCHEMES: Final = {"etcd://": "http", "etcds://": "https"}
-#: ``etcd+grpc://`` / ``etcds+grpc://``: the same endpoints, puts and watches over etcd's
-#: gRPC API instead of its JSON gateway (``_etcd_grpc.py``).
+#: ``etcd+grpc://`` / ``etcds+grpc://``: the same endpoints, every call over etcd's gRPC
+#: API instead of its JSON gateway (``_etcd_grpc.py``).
 _GRPC_SCHEMES: Final = {"etcd+grpc://": "etcd://", "etcds+grpc://": "etcds://"}
 _FORMS: Final = (
     "etcd://HOST:PORT[,HOST:PORT...] (plain HTTP), etcds://HOST:PORT[,HOST:PORT...] (TLS), "
@@ -216,12 +216,6 @@ def etcd_client(config: EtcdSettings, *, timeout: float = 5.0) -> Etcd:
         else None
     )
     transport = etcd_transport(config.replicate)
-    # gRPC negotiates h2 by ALPN: a context of its own, the same files.
-    grpc_tls = (
-        etcd_tls_context(config.etcd_ca_file, config.etcd_cert_file, config.etcd_key_file)
-        if tls_on and transport == "grpc"
-        else None
-    )
     password_file = config.etcd_password_file
     # Read now, so a bad file stops the start; read again at each authentication, so a
     # password rotated in the file is used once etcd rejects the old token.
@@ -253,7 +247,6 @@ def etcd_client(config: EtcdSettings, *, timeout: float = 5.0) -> Etcd:
         user=config.etcd_user or None,
         password=None if password is None else partial(_read_again, password_file),
         transport=transport,
-        grpc_tls=grpc_tls,
     )
 
 
