@@ -1,5 +1,5 @@
-"""An etcd v3 client for the replicated mode, spoken over etcd's gRPC API or its HTTP/JSON
-gateway (the default): plain or TLS (mutual TLS with a client certificate), with etcd's
+"""An etcd v3 client for the replicated mode, spoken over etcd's gRPC API (the default) or
+its HTTP/JSON gateway: plain or TLS (mutual TLS with a client certificate), with etcd's
 user/password auth.
 
 This module owns the conversation with an etcd cluster: :class:`Etcd`, its calls (keys,
@@ -61,7 +61,9 @@ are etcd's default, linearizable: a member without a leader cannot answer one fr
 state. Lease keepalive is a streaming call: one request, one answer, end (a half-closed
 gRPC stream; one ``{"result": ...}`` line on the gateway). A watch is a streaming call on a
 connection of its own (``_etcd_grpc_watch.py``; on the gateway a long POST answered with one
-JSON line per watch response, ``_etcd_watch.py``).
+JSON line per watch response, ``_etcd_watch.py``). gRPC is the default since issue 29: it
+skips the gateway's extra hop (the gateway is a gRPC client of its own member) and its JSON;
+the gateway stays for a deployment that only lets HTTP/1.1 through.
 
 Prior art: the Go client's ``clientv3`` (call names, the prefix end rule ``range_end`` =
 prefix with its last byte incremented, the token renewal on ``ErrInvalidAuthToken``),
@@ -184,10 +186,10 @@ class Etcd:
     function, called at each authentication, so a password rotated in its file is picked up
     when etcd rejects the old token. ``max_answer`` bounds the bytes of one answer.
 
-    ``transport``: ``"grpc"`` (every call through etcd's gRPC API, HTTP/2, with ALPN h2
-    under TLS: ``tls`` is set to offer h2, so give a gateway client a context of its own) or
-    ``"gateway"`` (the default: every call through etcd's HTTP/JSON gateway, HTTP/1.1). Both
-    give the same results and errors.
+    ``transport``: ``"grpc"`` (the default: every call through etcd's gRPC API, HTTP/2, with
+    ALPN h2 under TLS: ``tls`` is set to offer h2, so give a gateway client a context of its
+    own) or ``"gateway"`` (every call through etcd's HTTP/JSON gateway, HTTP/1.1). Both give
+    the same results and errors.
 
     With several endpoints, a call that cannot reach one tries the next (see the module's
     failover rule) and the client keeps using the one that answered. Every call is bounded:
@@ -204,7 +206,7 @@ class Etcd:
         user: str | None = None,
         password: str | Callable[[], str] | None = None,
         max_answer: int = MAX_ANSWER,
-        transport: Literal["gateway", "grpc"] = "gateway",
+        transport: Literal["gateway", "grpc"] = "grpc",
     ) -> None:
         if transport not in ("gateway", "grpc"):
             raise ValueError(f"transport is 'gateway' or 'grpc', not {transport!r}")

@@ -2,7 +2,7 @@
 messages with protobuf (``_etcd_rpc.proto``). No etcd semantics here: a path and message
 bytes in; message bytes, or etcd's gRPC status, out.
 
-This module owns the gRPC transport of :mod:`lockserver.replication._etcd` (chosen with
+This module owns the gRPC transport of :mod:`lockserver.replication._etcd` (its default,
 ``Etcd(..., transport="grpc")``): one HTTP/2 connection (:class:`GrpcConnection`: connect,
 one unary call, or one streaming call read message by message), the idle connections kept
 per endpoint (:class:`GrpcPool`), and a gRPC status other than OK (:class:`GrpcStatus`).

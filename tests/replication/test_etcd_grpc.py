@@ -1,12 +1,12 @@
-"""The etcd client's gRPC transport (``Etcd(..., transport="grpc")``,
-``etcd+grpc://``): every call through etcd's gRPC API directly (HTTP/2 with h2, protobuf), issue 29.
+"""The etcd client's gRPC transport (the default, ``Etcd(..., transport="grpc")``,
+``etcd://``): every call through etcd's gRPC API directly (HTTP/2 with h2, protobuf), issue 29.
 (tests/replication/test_etcd_client.py and test_etcd_security.py run each of their tests over
 both transports; this module holds what is the gRPC transport's own.)
 
 Against real etcd members: the same results and errors as the gateway (every kind of call
 side by side, a put's revision, a watch's batches in order, a missing lease, a compacted
-start), connections kept, a group of replicas running through ``etcd+grpc://`` and one through
-``etcd://``, and TLS with client certificates and auth (the token sent as gRPC's
+start), connections kept, a group of replicas running through ``etcd://`` and one through
+``etcd+gateway://``, and TLS with client certificates and auth (the token sent as gRPC's
 ``token`` metadata, renewed when etcd revokes it).
 
 Against a hostile server (h2's own server side on loopback, speaking gRPC badly on purpose):
@@ -218,12 +218,12 @@ async def test_grpc_connections_are_kept(etcd1: EtcdCluster) -> None:
 
 
 @pytest.mark.parametrize(
-    ("scheme", "transport"), [("etcd+grpc://", "grpc"), ("etcd://", "gateway")]
+    ("scheme", "transport"), [("etcd://", "grpc"), ("etcd+gateway://", "gateway")]
 )
 async def test_a_group_runs_through_either_transport(
     etcd1: EtcdCluster, scheme: str, transport: str
 ) -> None:
-    """Two replicas given ``etcd+grpc://`` or ``etcd://`` (the gateway): a lock granted through
+    """Two replicas given ``etcd://`` (gRPC) or ``etcd+gateway://``: a lock granted through
     one is refused through the other, released, then granted there; both replicas' clients
     speak the transport named."""
     config = ServerConfig(
@@ -254,20 +254,23 @@ async def test_a_group_runs_through_either_transport(
 @pytest.mark.parametrize(
     ("text", "transport", "urls"),
     [
+        ("etcd://a:1,b:2", "grpc", ("http://a:1", "http://b:2")),
+        ("etcds://a:1", "grpc", ("https://a:1",)),
+        ("https://a:1", "grpc", ("https://a:1",)),
         ("etcd+grpc://a:1,b:2", "grpc", ("http://a:1", "http://b:2")),
         ("ETCDS+GRPC://a:1", "grpc", ("https://a:1",)),
-        ("etcd://a:1", "gateway", ("http://a:1",)),
-        ("https://a:1", "gateway", ("https://a:1",)),
+        ("etcd+gateway://a:1", "gateway", ("http://a:1",)),
+        ("Etcds+Gateway://a:1,b:2", "gateway", ("https://a:1", "https://b:2")),
     ],
 )
 def test_replicate_names_the_transport(text: str, transport: str, urls: tuple[str, ...]) -> None:
-    """``+grpc`` asks for gRPC."""
+    """gRPC is the default; ``+gateway`` asks for the JSON gateway, ``+grpc`` is accepted."""
     assert etcd_transport(text) == transport
     assert etcd_endpoints(text) == urls
 
 
 def test_the_transport_is_checked() -> None:
-    assert Etcd(["127.0.0.1:1"]).transport == "gateway"
+    assert Etcd(["127.0.0.1:1"]).transport == "grpc"
     with pytest.raises(ValueError, match="transport"):
         Etcd(["127.0.0.1:1"], transport="http3")  # type: ignore[arg-type]
 

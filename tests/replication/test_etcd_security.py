@@ -9,8 +9,8 @@ auth configured on one side only), promptly and without a write being doubled; a
 revokes or lets expire is renewed without the caller noticing and without a write applied
 twice.
 
-Every test runs twice: through etcd's gRPC API (``etcds+grpc://``; the token goes as
-gRPC's ``token`` metadata) and through its JSON gateway (``etcds://``), which must
+Every test runs twice: through etcd's gRPC API (the default transport; the token goes as
+gRPC's ``token`` metadata) and through its JSON gateway (``etcds+gateway://``), which must
 give the same results and errors (save the one the gateway alone has: it refuses a client
 certificate with a Common Name).
 
@@ -59,9 +59,9 @@ def Etcd(endpoints: Any, **options: Any) -> _etcd.Etcd:
 
 def replicate(cluster: EtcdCluster) -> str:
     """The ``replicate`` setting naming ``cluster`` over the transport of the test running."""
-    if TRANSPORT[0] == "gateway":
+    if TRANSPORT[0] == "grpc":
         return cluster.replicate
-    return cluster.replicate.replace("://", "+grpc://", 1)
+    return cluster.replicate.replace("://", "+gateway://", 1)
 
 
 @pytest.fixture(scope="module")
