@@ -116,7 +116,7 @@ def gateway_http_client(port: int, calls: int) -> list[float]:
 async def gateway_h11(port: int, calls: int) -> list[float]:
     from lockserver.replication._etcd import Etcd
 
-    async with Etcd([f"127.0.0.1:{port}"]) as etcd:
+    async with Etcd([f"127.0.0.1:{port}"], transport="gateway") as etcd:
         for _ in range(min(200, calls)):
             await etcd.put(b"/bench/h11", VALUE)
         samples = []
@@ -132,7 +132,7 @@ async def gateway_watch(port: int, calls: int) -> list[float]:
     event's arrival."""
     from lockserver.replication._etcd import Etcd
 
-    async with Etcd([f"127.0.0.1:{port}"]) as etcd:
+    async with Etcd([f"127.0.0.1:{port}"], transport="gateway") as etcd:
         revision = await etcd.current_revision()
         async with etcd.watch(b"/bench/gww/", start_revision=revision + 1) as events:
             samples = []

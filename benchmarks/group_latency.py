@@ -24,7 +24,10 @@ layout). ``--roots NAME=PATH,...`` measures the group of several checkouts in th
 sitting (before/after: each round starts a fresh group per root, through
 ``LOCKBENCH_SERVER_ROOT``); ``--etcd-tls`` deploys etcd with TLS, client certificates and
 auth (the replicas' settings then name its CA, certificate and user; the etcd side still
-plain: its figures are etcd's own).
+plain: its figures are etcd's own). How a root's replicas reach etcd: ``--grpc NAME,...``
+gives them ``etcd+grpc://``, ``--gateway NAME,...`` ``etcd+gateway://`` (since issue 29 step
+2), any other ``HOST:PORT``, the checkout's default (the gateway before that step, gRPC
+since); the summary says which each root got.
 
     python -m benchmarks.group_latency --rounds 3 --duration 10
     python -m benchmarks.group_latency --roots before=/tmp/before,after=. --shapes strict
@@ -276,7 +279,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--grpc",
         default="",
-        help="NAME,... of --roots whose replicas reach etcd through its gRPC API (etcd+grpc://)",
+        help="NAME,... of --roots whose replicas are given etcd+grpc:// (gRPC: puts and watches "
+        "only before issue 29's step 1, every call since)",
+    )
+    p.add_argument(
+        "--gateway",
+        default="",
+        help="NAME,... of --roots whose replicas are given etcd+gateway:// (etcd's JSON gateway; "
+        "checkouts since issue 29's step 2 only). Other roots get HOST:PORT, which means the "
+        "gateway before that step and gRPC since",
     )
     p.add_argument("--json", type=Path, default=None, help="write every run here")
     p.add_argument(
@@ -295,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [s for s in args.shapes.split(",") if s]
     roots = [tuple(r.split("=", 1)) for r in args.roots.split(",") if r] or [("group", "")]
     grpc_roots = {name for name in args.grpc.split(",") if name}
+    gateway_roots = {name for name in args.gateway.split(",") if name}
     exe = build().path
     if args.log_dir is not None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
@@ -334,10 +346,11 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         os.environ.pop(SERVER_ROOT_VARIABLE, None)
                     clean_slate(etcd)
-                    if name in grpc_roots:
-                        scheme = "etcds+grpc://" if secure else "etcd+grpc://"
+                    if name in grpc_roots or name in gateway_roots:
+                        kind = "grpc" if name in grpc_roots else "gateway"
+                        scheme = f"etcds+{kind}://" if secure else f"etcd+{kind}://"
                         where = [scheme + ",".join(etcd.endpoints)]
-                    else:  # HOST:PORT for older checkouts
+                    else:  # HOST:PORT (the checkout's default) for older checkouts
                         where = etcd.urls if secure else etcd.endpoints
                     with ReplicaGroup(
                         where,
@@ -389,6 +402,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"{p50:,.0f} / {statistics.median(r['p99_us'] for r in rs):,.0f} | "
                 f"{worst / 1000:.1f} |"
             )
+    for name, root in roots:
+        given = (
+            "etcd+grpc://"
+            if name in grpc_roots
+            else "etcd+gateway://"
+            if name in gateway_roots
+            else "HOST:PORT (its default)"
+        )
+        print(f"{name}: {root or '.'}, replicas given {given}")
     for name, _ in roots:
         if (name, "strict") in medians:
             ours = medians[name, "strict"]

@@ -1,6 +1,7 @@
 """Regenerate ``lockserver/replication/_etcd_rpc_pb2.py`` and its ``.pyi`` from
 ``_etcd_rpc.proto`` with ``protoc`` (Debian's ``protobuf-compiler``); the generated files are
-checked in, so neither running nor installing the server needs protoc.
+checked in, so neither running nor installing the server needs protoc;
+tests/replication/test_etcd_proto.py fails when they no longer match the ``.proto``.
 
     python scripts/etcd_proto.py
 """

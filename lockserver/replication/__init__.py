@@ -1,8 +1,10 @@
 """Replication: a replicated group of servers over etcd.
 
-It owns the etcd client (``_etcd``, over its HTTP/JSON gateway: ``_etcd_http`` the transport,
-``_etcd_json`` the vocabulary, ``_etcd_watch`` the watch stream, ``_etcd_access`` how a replica
-reaches etcd from the settings), the group's state machine and log entries (``_group``), the
+It owns the etcd client (``_etcd``, over etcd's gRPC API or its HTTP/JSON gateway:
+``_etcd_grpc`` / ``_etcd_http`` the transports, ``_etcd_json`` the vocabulary,
+``_etcd_messages`` the gRPC messages as that vocabulary's JSON, ``_etcd_grpc_watch`` /
+``_etcd_watch`` the watch streams, ``_etcd_access`` how a replica reaches etcd from the
+settings), the group's state machine and log entries (``_group``), the
 group secret (``_groupauth``) and the replica that proposes and applies the log (``_replica``:
 ``Replica``, ``ReplicatedDoor``).
 

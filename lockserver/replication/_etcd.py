@@ -1,13 +1,16 @@
-"""An etcd v3 client for the replicated mode, spoken over etcd's HTTP/JSON gateway: plain
-HTTP or TLS (mutual TLS with a client certificate), with etcd's user/password auth.
+"""An etcd v3 client for the replicated mode, spoken over etcd's gRPC API (the default) or
+its HTTP/JSON gateway: plain or TLS (mutual TLS with a client certificate), with etcd's
+user/password auth.
 
 This module owns the conversation with an etcd cluster: :class:`Etcd`, its calls (keys,
 prefixes, transactions, deletes, compaction, leases, watches, status), the choice of endpoint,
 the auth token and the bounds on every call. It re-exports the values, transaction vocabulary
-and errors of ``_etcd_json.py`` (what the gateway's JSON means, no I/O), sends through
-``_etcd_http.py`` (kept-alive HTTP/1.1 connections, h11 over non-blocking sockets) and reads
-watches through ``_etcd_watch.py`` (one open stream), so the replication logic imports
-everything from here and sees bytes, ints and frozen values, never JSON.
+and errors of ``_etcd_json.py`` (what the gateway's JSON means, no I/O). Over gRPC it sends
+through ``_etcd_grpc.py`` (kept-alive HTTP/2 connections, h2 over non-blocking sockets),
+each call's messages translated to and from that same JSON by ``_etcd_messages.py``, and
+reads watches through ``_etcd_grpc_watch.py``; over the gateway through ``_etcd_http.py``
+(HTTP/1.1, h11) and ``_etcd_watch.py``. The replication logic imports everything from here
+and sees bytes, ints and frozen values, never JSON nor protobuf.
 
 Rules kept:
 - **Everything is bounded.** One attempt at one endpoint takes at most ``timeout`` seconds
@@ -46,14 +49,21 @@ Rules kept:
   of up to :data:`MAX_VALUE` bytes always fits with its key and a transaction's overhead;
   larger data must be chunked by the caller.
 
-Theory of operation: etcd (3.4 and later) serves its gRPC API as JSON on the client port
-(the grpc-gateway): ``POST /v3/kv/range`` with the request message as JSON, the answer as
-JSON (encoding in ``_etcd_json.py``); the token goes in the ``Authorization`` header, which
-the gateway hands to etcd as the call's token. Reads are etcd's default, linearizable: a
-member without a leader cannot answer one from stale state. Lease keepalive is a streaming
-call on the gateway: one request, one ``{"result": ...}`` line, end of answer. A watch is a
-long POST whose answer streams one JSON line per watch response (``_etcd_watch.py``) on a
-connection of its own.
+Theory of operation: every etcd member (3.4 and later) serves its gRPC API on the client
+port, and the same API as JSON (the grpc-gateway, itself a gRPC client of the member):
+``POST /v3/kv/range`` with the request message as JSON, the answer as JSON (encoding in
+``_etcd_json.py``). A call here is named by its gateway path and built as that JSON; over
+gRPC the JSON becomes the method's protobuf request and the protobuf answer becomes the JSON
+the gateway would have sent (``_etcd_messages.py``), so every answer is read by one piece of
+code whichever way it came. The token goes in gRPC's ``token`` metadata, or in the
+gateway's ``Authorization`` header, which the gateway hands to etcd as that metadata. Reads
+are etcd's default, linearizable: a member without a leader cannot answer one from stale
+state. Lease keepalive is a streaming call: one request, one answer, end (a half-closed
+gRPC stream; one ``{"result": ...}`` line on the gateway). A watch is a streaming call on a
+connection of its own (``_etcd_grpc_watch.py``; on the gateway a long POST answered with one
+JSON line per watch response, ``_etcd_watch.py``). gRPC is the default since issue 29: it
+skips the gateway's extra hop (the gateway is a gRPC client of its own member) and its JSON;
+the gateway stays for a deployment that only lets HTTP/1.1 through.
 
 Prior art: the Go client's ``clientv3`` (call names, the prefix end rule ``range_end`` =
 prefix with its last byte incremented, the token renewal on ``ErrInvalidAuthToken``),
@@ -74,7 +84,6 @@ import attrs
 import trio
 from google.protobuf.message import DecodeError
 
-from . import _etcd_rpc_pb2 as pb
 from ._etcd_grpc import GrpcPool, GrpcStatus, grpc_context
 from ._etcd_grpc_watch import GrpcWatchStream
 from ._etcd_http import MAX_ANSWER, Endpoint, MaybeSent, NotSent, Pool, parse_endpoint
@@ -106,6 +115,7 @@ from ._etcd_json import (
     put_body,
     range_body,
 )
+from ._etcd_messages import METHODS, answer_json, request_message
 from ._etcd_watch import WatchStream
 
 __all__ = [
@@ -145,9 +155,6 @@ _AUTHENTICATE: Final = "/v3/auth/authenticate"
 #: ``hasleader`` is ``true`` (etcd-io/etcd#10819; etcdctl and clientv3's WithRequireLeader).
 _REQUIRE_LEADER: Final = ("Grpc-Metadata-hasleader", "true")
 _REQUIRE_LEADER_GRPC: Final = ("hasleader", "true")
-# etcd's gRPC methods spoken directly (transport="grpc"); every other call takes the gateway.
-_GRPC_PUT: Final = "/etcdserverpb.KV/Put"
-_GRPC_WATCH: Final = "/etcdserverpb.Watch/Watch"
 
 
 # --- the client ---------------------------------------------------------------------------------
@@ -179,11 +186,10 @@ class Etcd:
     function, called at each authentication, so a password rotated in its file is picked up
     when etcd rejects the old token. ``max_answer`` bounds the bytes of one answer.
 
-    ``transport``: ``"gateway"`` (every call through etcd's HTTP/JSON gateway) or ``"grpc"``
-    (puts and watches through etcd's gRPC API directly, HTTP/2 on connections of their own,
-    with ALPN h2 under TLS, so ``grpc_tls`` is then a second context with the same
-    certificates: a context negotiating h2 cannot carry the gateway's HTTP/1.1; the other
-    calls still through the gateway). Both give the same results and errors.
+    ``transport``: ``"grpc"`` (the default: every call through etcd's gRPC API, HTTP/2, with
+    ALPN h2 under TLS: ``tls`` is set to offer h2, so give a gateway client a context of its
+    own) or ``"gateway"`` (every call through etcd's HTTP/JSON gateway, HTTP/1.1). Both give
+    the same results and errors.
 
     With several endpoints, a call that cannot reach one tries the next (see the module's
     failover rule) and the client keeps using the one that answered. Every call is bounded:
@@ -200,8 +206,7 @@ class Etcd:
         user: str | None = None,
         password: str | Callable[[], str] | None = None,
         max_answer: int = MAX_ANSWER,
-        transport: Literal["gateway", "grpc"] = "gateway",
-        grpc_tls: ssl.SSLContext | None = None,
+        transport: Literal["gateway", "grpc"] = "grpc",
     ) -> None:
         if transport not in ("gateway", "grpc"):
             raise ValueError(f"transport is 'gateway' or 'grpc', not {transport!r}")
@@ -228,8 +233,6 @@ class Etcd:
             raise ValueError("TLS settings are given but the etcd endpoints are plain http://")
         if schemes == {"https"} and tls is None:
             tls = ssl.create_default_context()
-            if transport == "grpc" and grpc_tls is None:
-                grpc_tls = ssl.create_default_context()
         self._parsed: tuple[Endpoint, ...] = tuple(parsed)
         self._endpoints: tuple[str, ...] = tuple(e.url for e in parsed)
         self._timeout = timeout
@@ -246,17 +249,13 @@ class Etcd:
         self._watches_open = 0
         #: The endpoint of the last watch opened (None: none yet).
         self.watching: str | None = None
-        self._pool = Pool(tls)
+        # One transport carries every call: the gateway's HTTP/1.1 pool or the gRPC one.
+        self._pool: Pool | None = None
         self._grpc: GrpcPool | None = None
         if transport == "grpc":
-            if tls is not None and grpc_tls is None:
-                raise ValueError(
-                    "transport='grpc' over TLS needs grpc_tls: a second SSLContext with the "
-                    "same certificates (it is set to negotiate h2)"
-                )
-            if grpc_tls is not None and grpc_tls is tls:
-                raise ValueError("grpc_tls must be another SSLContext than tls")
-            self._grpc = GrpcPool(None if grpc_tls is None else grpc_context(grpc_tls))
+            self._grpc = GrpcPool(None if tls is None else grpc_context(tls))
+        else:
+            self._pool = Pool(tls)
 
     def __repr__(self) -> str:
         who = f", user={self._user!r}" if self._user else ""
@@ -274,13 +273,19 @@ class Etcd:
 
     @property
     def transport(self) -> str:
-        """``"grpc"`` or ``"gateway"``: how puts and watches reach etcd."""
+        """``"grpc"`` or ``"gateway"``: how every call reaches etcd."""
         return "gateway" if self._grpc is None else "grpc"
 
     @property
     def tls(self) -> bool:
         """Whether the endpoints are https."""
         return self._parsed[0].tls
+
+    @property
+    def _transport(self) -> Pool | GrpcPool:
+        transport = self._grpc if self._pool is None else self._pool
+        assert transport is not None
+        return transport
 
     def statistics(self) -> EtcdStatistics:
         """The client's counters now."""
@@ -289,15 +294,13 @@ class Etcd:
             requests=self._requests,
             failovers=self._failovers,
             watches_open=self._watches_open,
-            connections_opened=self._pool.opened + (0 if self._grpc is None else self._grpc.opened),
+            connections_opened=self._transport.opened,
             tokens=self._tokens,
         )
 
     async def aclose(self) -> None:
         """Close every connection; the client cannot be used afterwards."""
-        self._pool.close()
-        if self._grpc is not None:
-            self._grpc.close()
+        self._transport.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -377,13 +380,6 @@ class Etcd:
         """Store ``value`` at ``key`` (attached to ``lease`` unless 0); returns the put's
         revision. Raises :class:`LeaseGone` when the lease does not exist. ``timeout``: the
         bound of one attempt at one endpoint, when shorter than the client's."""
-        if self._grpc is not None:
-            request = pb.PutRequest(key=key, value=value, lease=lease).SerializeToString()
-            body = {"lease": str(lease)}  # what an error names (LeaseGone's lease)
-            answer = await self._call(_GRPC_PUT, body, write=True, timeout=timeout, message=request)
-            with self._reading(_GRPC_PUT):
-                revision: int = pb.PutResponse.FromString(answer["message"]).header.revision
-                return revision
         answer = await self._call(
             "/v3/kv/put", put_body(key, value, lease), write=True, timeout=timeout
         )
@@ -583,11 +579,16 @@ class Etcd:
     @contextmanager
     def _reading(self, path: str) -> Iterator[None]:
         """Reading an answer: JSON of the wrong shape (a hostile or broken server) becomes
-        an EtcdError naming the endpoint, never another exception."""
+        an EtcdError naming the endpoint and the call, never another exception."""
         try:
             yield
-        except (TypeError, ValueError, AttributeError, KeyError, IndexError, DecodeError) as e:
-            raise malformed(self.endpoint, path, f"{type(e).__name__}: {e}") from None
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
+            raise malformed(self.endpoint, self._name(path), f"{type(e).__name__}: {e}") from None
+
+    def _name(self, path: str) -> str:
+        """How errors name the call to ``path``: the gRPC method that carries it, or the
+        gateway's path."""
+        return path if self._grpc is None else METHODS[path].name
 
     async def _call(
         self,
@@ -596,15 +597,17 @@ class Etcd:
         *,
         write: bool,
         timeout: float | None = None,
-        message: bytes | None = None,
     ) -> dict[str, Any]:
-        """POST ``body`` to ``path`` on the current endpoint, failing over by the module's
-        rule; the decoded answer, or the error it carried raised. With ``message``, a gRPC
-        call of ``path`` (an ``/etcdserverpb.`` method) sending it: the answer is
-        ``{"message": bytes}``, ``body`` names what an error is about."""
+        """Call ``path`` (a gateway path; over gRPC, its method) with ``body`` (the gateway's
+        JSON of the request) on the current endpoint, failing over by the module's rule; the
+        answer as the gateway's JSON, or the error it carried raised."""
         failures: list[str] = []
         count = len(self._endpoints)
-        data = message if message is not None else json.dumps(body, separators=(",", ":")).encode()
+        data = (
+            request_message(path, body)
+            if self._grpc is not None
+            else json.dumps(body, separators=(",", ":")).encode()
+        )
         for step in range(count):
             index = (self._current + step) % count
             endpoint = self._parsed[index]
@@ -616,8 +619,8 @@ class Etcd:
                 if write:
                     self._move_past(index)
                     raise EtcdUnavailable(
-                        f"etcd at {endpoint.url}: {path} failed after the request was sent "
-                        f"({e}); it may or may not have taken effect",
+                        f"etcd at {endpoint.url}: {self._name(path)} failed after the request "
+                        f"was sent ({e}); it may or may not have taken effect",
                         endpoint=endpoint.url,
                         code=e.code,
                         maybe_applied=True,
@@ -630,7 +633,7 @@ class Etcd:
                 return answer
         self._move_past(self._current)
         raise EtcdUnavailable(
-            f"no etcd endpoint answered {path}: {'; '.join(failures)}",
+            f"no etcd endpoint answered {self._name(path)}: {'; '.join(failures)}",
             endpoint=self._endpoints[0] if count == 1 else None,
         )
 
@@ -652,7 +655,7 @@ class Etcd:
         body: dict[str, Any],
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        """One POST to one endpoint within ``timeout`` (a token renewal included): the
+        """One call to one endpoint within ``timeout`` (a token renewal included): the
         answer, an etcd error raised as its EtcdError, or :class:`NotSent` /
         :class:`MaybeSent` for a transport failure."""
         deadline = trio.current_time() + self._bound(timeout)
@@ -680,37 +683,21 @@ class Etcd:
         token: str | None,
         deadline: float,
     ) -> dict[str, Any]:
+        """One request and its answer; etcd's refusal raised as its EtcdError (UNAVAILABLE
+        as :class:`MaybeSent`: etcd does not say whether the proposal was lost)."""
         self._requests += 1
-        if path.startswith("/etcdserverpb."):
-            return await self._exchange_grpc(endpoint, path, data, body, token, deadline)
-        headers = [] if token is None else [("Authorization", token)]
-        status, content = await self._pool.request(
-            endpoint, path, data, headers, deadline=deadline, max_answer=self._max_answer
-        )
-        url = endpoint.url
         try:
-            answer = decode(url, path, status, content)
+            return await self._ask(endpoint, path, data, body, token, deadline, self._max_answer)
         except EtcdAuthError:
             raise
-        except EtcdError as e:
-            # Not etcd's JSON (a broken or hostile server): a read may be asked elsewhere, a
-            # write may have been applied.
-            raise MaybeSent(str(e)) from None
-        if path == "/v3/lease/keepalive":
-            # A streaming call: its one line is {"result": ...} or {"error": {...}}.
-            if not isinstance(answer.get("result"), dict):
-                raise error_of(url, path, answer.get("error", answer), body)
-            answer = answer["result"]
-        if status != 200 or "error" in answer:
-            error = error_of(url, path, answer, body)
+        except EtcdError as error:
             if error.code == UNAVAILABLE:
-                raise MaybeSent(str(error), code=error.code)
+                raise MaybeSent(str(error), code=error.code) from None
             if isinstance(error, Compacted) and path == "/v3/kv/range":
                 error.compact_revision = await self._compact_revision(endpoint, body)
-            raise error
-        return answer
+            raise
 
-    async def _exchange_grpc(
+    async def _ask(
         self,
         endpoint: Endpoint,
         path: str,
@@ -718,21 +705,52 @@ class Etcd:
         body: dict[str, Any],
         token: str | None,
         deadline: float,
+        max_answer: int,
     ) -> dict[str, Any]:
-        """One gRPC unary call; etcd's refusal raised as the EtcdError the gateway's JSON of
-        it would be (same message, same code)."""
-        assert self._grpc is not None
-        metadata = [] if token is None else [("token", token)]
+        """Send ``data`` (the request of a call to ``path``, encoded for the transport in
+        use) to one endpoint before ``deadline``: the answer as the gateway's JSON, or etcd's
+        refusal raised as the EtcdError it means, the same both ways. :class:`NotSent` /
+        :class:`MaybeSent` for the transport, and for a gateway answer that is not JSON (a
+        broken or hostile server: a read may be asked elsewhere, a write may have been
+        applied)."""
+        url = endpoint.url
+        if self._grpc is not None:
+            method = METHODS[path]
+            metadata = [] if token is None else [("token", token)]
+            try:
+                message = await self._grpc.unary(
+                    endpoint, method.name, data, metadata, deadline=deadline, max_message=max_answer
+                )
+            except GrpcStatus as e:
+                raise error_of(
+                    url, method.name, {"code": e.code, "message": e.message}, body
+                ) from None
+            try:
+                return answer_json(path, message)
+            except DecodeError as e:
+                # As an answer that is not JSON from the gateway: a read may be asked
+                # elsewhere, a write may have been applied.
+                error = malformed(url, method.name, f"not a {method.response.__name__} ({e})")
+                raise MaybeSent(str(error)) from None
+        assert self._pool is not None
+        headers = [] if token is None else [("Authorization", token)]
+        status, content = await self._pool.request(
+            endpoint, path, data, headers, deadline=deadline, max_answer=max_answer
+        )
         try:
-            answer = await self._grpc.unary(
-                endpoint, path, data, metadata, deadline=deadline, max_message=self._max_answer
-            )
-        except GrpcStatus as e:
-            error = error_of(endpoint.url, path, {"code": e.code, "message": e.message}, body)
-            if error.code == UNAVAILABLE:
-                raise MaybeSent(str(error), code=error.code) from None
-            raise error from None
-        return {"message": answer}
+            answer = decode(url, path, status, content)
+        except EtcdAuthError:
+            raise
+        except EtcdError as e:
+            raise MaybeSent(str(e)) from None
+        if path == "/v3/lease/keepalive":
+            # A streaming call: its one line is {"result": ...} or {"error": {...}}.
+            if not isinstance(answer.get("result"), dict):
+                raise error_of(url, path, answer.get("error", answer), body)
+            answer = answer["result"]
+        if status != 200 or "error" in answer:
+            raise error_of(url, path, answer, body)
+        return answer
 
     async def _token_for(
         self, endpoint: Endpoint, deadline: float, *, rejected: str | None = None
@@ -750,27 +768,33 @@ class Etcd:
                 return self._token  # another task renewed it meanwhile
             assert self._password is not None
             password = self._password if isinstance(self._password, str) else self._password()
-            data = json.dumps({"name": self._user, "password": password}).encode()
+            body = {"name": self._user, "password": password}
+            data = (
+                request_message(_AUTHENTICATE, body)
+                if self._grpc is not None
+                else json.dumps(body).encode()
+            )
+            name = self._name(_AUTHENTICATE)
             self._requests += 1
             try:
-                status, content = await self._pool.request(
-                    endpoint, _AUTHENTICATE, data, [], deadline=deadline, max_answer=64 * 1024
+                answer = await self._ask(
+                    endpoint, _AUTHENTICATE, data, {}, None, deadline, 64 * 1024
                 )
             except MaybeSent as e:
                 raise NotSent(f"authenticating as {self._user!r}: {e}") from None
-            answer = decode(endpoint.url, _AUTHENTICATE, status, content)
-            if status != 200 or "error" in answer:
-                error = error_of(endpoint.url, _AUTHENTICATE, answer, {})
+            except EtcdAuthError:
+                raise
+            except AuthRenew as e:  # not an answer to an authentication
+                raise malformed(endpoint.url, name, str(e)) from None
+            except EtcdError as error:
                 if error.code == UNAVAILABLE:
-                    raise NotSent(str(error))
-                if isinstance(error, AuthRenew):  # not an answer to an authentication
-                    raise malformed(endpoint.url, _AUTHENTICATE, str(error))
-                raise error
+                    raise NotSent(str(error)) from None
+                raise
             token = answer.get("token")
             if not isinstance(token, str) or not token or not token.isascii():
-                raise malformed(endpoint.url, _AUTHENTICATE, "no token in the answer")
+                raise malformed(endpoint.url, name, "no token in the answer")
             if any(c in token for c in "\r\n\0") or len(token) > 4096:
-                raise malformed(endpoint.url, _AUTHENTICATE, "a token that is not a header")
+                raise malformed(endpoint.url, name, "a token that is not a header")
             self._token = token
             self._tokens += 1
             return token
@@ -874,6 +898,7 @@ class Etcd:
                 if token is not None:
                     headers.append(("token", token))
             else:
+                assert self._pool is not None
                 stream = WatchStream(
                     self._pool, endpoint, timeout=self._timeout, max_line=self._max_answer
                 )

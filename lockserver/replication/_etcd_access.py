@@ -12,6 +12,10 @@ Rules kept:
   ``etcds://HOST:PORT[,...]`` (TLS), or a list of ``http://`` or ``https://`` URLs; every
   endpoint has the same scheme (a cluster reached partly in clear would give its secrets to
   whoever listens on the clear part). Each mistake is a one-line error naming the part.
+- **gRPC unless the gateway is asked for.** Every call goes through etcd's gRPC API, which
+  every member serves on its client port; ``etcd+gateway://`` / ``etcds+gateway://`` send
+  them through etcd's JSON gateway instead (the only transport before issue 29), and
+  ``etcd+grpc://`` / ``etcds+grpc://`` are accepted as the default's explicit names.
 - **Secrets never on a command line, never readable by others.** The password comes from a
   file (``etcd_password_file``, also by environment or TOML: the *path* is the setting); the
   file must be a regular file that neither its group nor others may read or write (mode
@@ -57,12 +61,17 @@ log = logging.getLogger("lockserver")
 #: Longest password read from a password file, in bytes.
 MAX_PASSWORD: Final = 4096
 _SCHEMES: Final = {"etcd://": "http", "etcds://": "https"}
-#: ``etcd+grpc://`` / ``etcds+grpc://``: the same endpoints, puts and watches over etcd's
-#: gRPC API instead of its JSON gateway (``_etcd_grpc.py``).
-_GRPC_SCHEMES: Final = {"etcd+grpc://": "etcd://", "etcds+grpc://": "etcds://"}
+#: The same endpoints with the transport named: ``+gateway`` (etcd's JSON gateway,
+#: ``_etcd_http.py``) or ``+grpc`` (the default, etcd's gRPC API, ``_etcd_grpc.py``).
+_TRANSPORT_SCHEMES: Final[dict[str, tuple[str, Literal["gateway", "grpc"]]]] = {
+    "etcd+gateway://": ("etcd://", "gateway"),
+    "etcds+gateway://": ("etcds://", "gateway"),
+    "etcd+grpc://": ("etcd://", "grpc"),
+    "etcds+grpc://": ("etcds://", "grpc"),
+}
 _FORMS: Final = (
     "etcd://HOST:PORT[,HOST:PORT...] (plain HTTP), etcds://HOST:PORT[,HOST:PORT...] (TLS), "
-    "etcd+grpc:// or etcds+grpc:// (the same, through etcd's gRPC API), "
+    "etcd+gateway:// or etcds+gateway:// (the same, through etcd's JSON gateway), "
     "or http://HOST:PORT[,http://...] / https://HOST:PORT[,https://...]"
 )
 
@@ -90,9 +99,9 @@ def etcd_endpoints(text: str) -> tuple[str, ...]:
     if type(text) is not str or not text.strip():
         raise ValueError(f"must be {_FORMS}, got {text!r}")
     text = text.strip()
-    for grpc, plain in _GRPC_SCHEMES.items():
-        if text.lower().startswith(grpc):
-            text = plain + text[len(grpc) :]
+    for named, (plain, _) in _TRANSPORT_SCHEMES.items():
+        if text.lower().startswith(named):
+            text = plain + text[len(named) :]
     for prefix, scheme in _SCHEMES.items():
         if text.lower().startswith(prefix):
             parts = text[len(prefix) :].split(",")
@@ -123,10 +132,13 @@ def etcd_endpoints(text: str) -> tuple[str, ...]:
 
 
 def etcd_transport(text: str) -> Literal["gateway", "grpc"]:
-    """How ``replicate`` says puts and watches reach etcd: ``"grpc"`` for ``etcd+grpc://``
-    and ``etcds+grpc://``, else ``"gateway"``."""
+    """How ``replicate`` says the calls reach etcd: ``"gateway"`` for ``etcd+gateway://``
+    and ``etcds+gateway://``, else ``"grpc"``."""
     lowered = text.strip().lower() if type(text) is str else ""
-    return "grpc" if lowered.startswith(tuple(_GRPC_SCHEMES)) else "gateway"
+    for named, (_, transport) in _TRANSPORT_SCHEMES.items():
+        if lowered.startswith(named):
+            return transport
+    return "grpc"
 
 
 def _url(part: str, scheme: str, whole: str) -> str:
@@ -216,12 +228,6 @@ def etcd_client(config: EtcdSettings, *, timeout: float = 5.0) -> Etcd:
         else None
     )
     transport = etcd_transport(config.replicate)
-    # gRPC negotiates h2 by ALPN: a context of its own, the same files.
-    grpc_tls = (
-        etcd_tls_context(config.etcd_ca_file, config.etcd_cert_file, config.etcd_key_file)
-        if tls_on and transport == "grpc"
-        else None
-    )
     password_file = config.etcd_password_file
     # Read now, so a bad file stops the start; read again at each authentication, so a
     # password rotated in the file is used once etcd rejects the old token.
@@ -253,7 +259,6 @@ def etcd_client(config: EtcdSettings, *, timeout: float = 5.0) -> Etcd:
         user=config.etcd_user or None,
         password=None if password is None else partial(_read_again, password_file),
         transport=transport,
-        grpc_tls=grpc_tls,
     )
 
 

@@ -2,7 +2,7 @@
 messages with protobuf (``_etcd_rpc.proto``). No etcd semantics here: a path and message
 bytes in; message bytes, or etcd's gRPC status, out.
 
-This module owns the gRPC transport of :mod:`lockserver.replication._etcd` (chosen with
+This module owns the gRPC transport of :mod:`lockserver.replication._etcd` (its default,
 ``Etcd(..., transport="grpc")``): one HTTP/2 connection (:class:`GrpcConnection`: connect,
 one unary call, or one streaming call read message by message), the idle connections kept
 per endpoint (:class:`GrpcPool`), and a gRPC status other than OK (:class:`GrpcStatus`).
@@ -23,6 +23,9 @@ Rules kept:
   reset, a GOAWAY before the answer, or an answer that is not ``application/grpc`` is a
   clear :class:`MaybeSent` and the connection is closed. Time is the caller's: every wait
   here is a trio checkpoint.
+- **A request of any size goes out** as etcd's flow control lets it (its initial window is
+  64 KiB, a value may be 1.4 MiB), in frames of the size it allows; the events that arrive
+  meanwhile are kept for the answer.
 - **One call per connection at a time**, as the HTTP/1.1 pool: a connection is reused only
   when its last call ended whole and no GOAWAY came; the pool opens more under concurrency.
   A watch has a connection of its own.
@@ -154,7 +157,12 @@ class GrpcConnection:
 
     # --- calls -----------------------------------------------------------------------------
 
-    def _start(self, path: str, metadata: list[tuple[str, str]], message: bytes, end: bool) -> int:
+    async def _start(
+        self, path: str, metadata: list[tuple[str, str]], message: bytes, end: bool
+    ) -> list[h2.events.Event]:
+        """Send a call's headers and its first message (all of it, as HTTP/2's flow control
+        lets it go, in frames of the size the server allows). Returns the events that
+        arrived meanwhile, which belong to the call's answer."""
         stream = self._h2.get_next_available_stream_id()
         headers = [
             (":method", "POST"),
@@ -166,9 +174,41 @@ class GrpcConnection:
             *metadata,
         ]
         self._h2.send_headers(stream, headers)
-        self._h2.send_data(stream, _PREFIX.pack(0, len(message)) + message, end_stream=end)
         self._stream = stream
-        return stream
+        return await self._send(stream, _PREFIX.pack(0, len(message)) + message, end)
+
+    async def _send(self, stream: int, payload: bytes, end: bool) -> list[h2.events.Event]:
+        """Send ``payload`` on ``stream``, waiting for WINDOW_UPDATEs when the server's
+        window is spent (a request larger than 64 KiB, etcd's initial window). Stops early
+        when the server ends or resets the stream, or goes away, meanwhile: the answer says
+        why. The events read while waiting are returned for the answer's reader."""
+        h2c = self._h2
+        early: list[h2.events.Event] = []
+        offset = 0
+        while True:
+            room = min(h2c.local_flow_control_window(stream), h2c.max_outbound_frame_size)
+            size = min(len(payload) - offset, room)
+            if size > 0:
+                last = offset + size == len(payload)
+                h2c.send_data(stream, payload[offset : offset + size], end_stream=end and last)
+                offset += size
+                if last:
+                    break
+                continue
+            await self._flush()
+            events = await self._events()
+            early += events
+            if any(
+                (
+                    isinstance(e, h2.events.StreamEnded | h2.events.StreamReset)
+                    and e.stream_id == stream
+                )
+                or isinstance(e, h2.events.ConnectionTerminated)
+                for e in events
+            ):
+                break
+        await self._flush()
+        return early
 
     async def unary(
         self, path: str, message: bytes, metadata: list[tuple[str, str]], max_message: int
@@ -176,9 +216,8 @@ class GrpcConnection:
         """One unary call: the answer's one message. Raises :class:`GrpcStatus` for etcd's
         refusal, :class:`NotSent` / :class:`MaybeSent` for the transport."""
         self.sent = False
-        self._start(path, metadata, message, end=True)
-        await self._flush()
-        reader = MessageReader(self, max_message)
+        early = await self._start(path, metadata, message, end=True)
+        reader = MessageReader(self, max_message, early=early)
         answer = await reader.next()
         if answer is None:
             raise MaybeSent("the call ended without an answer message")
@@ -192,9 +231,8 @@ class GrpcConnection:
         """Start a streaming call with its first message (the stream stays open for
         writing); its answers are read with the returned reader."""
         self.sent = False
-        self._start(path, metadata, message, end=False)
-        await self._flush()
-        return MessageReader(self, max_message)
+        early = await self._start(path, metadata, message, end=False)
+        return MessageReader(self, max_message, early=early)
 
     # --- bytes -----------------------------------------------------------------------------
 
@@ -271,7 +309,12 @@ class MessageReader:
     from DATA frames, the status checked from the trailers (or a trailers-only answer)."""
 
     def __init__(
-        self, conn: GrpcConnection, max_message: int, *, timeout: float | None = None
+        self,
+        conn: GrpcConnection,
+        max_message: int,
+        *,
+        timeout: float | None = None,
+        early: list[h2.events.Event] | None = None,
     ) -> None:
         self._conn = conn
         self._max = max_message
@@ -280,7 +323,7 @@ class MessageReader:
         self._ended = False
         self._headers = False
         self._status: tuple[int, str] | None = None
-        self._queue: list[h2.events.Event] = []
+        self._queue: list[h2.events.Event] = early or []
 
     @property
     def started(self) -> bool:
@@ -368,8 +411,9 @@ class MessageReader:
     async def send(self, message: bytes) -> None:
         """Send one more message on the call's open stream."""
         conn = self._conn
-        conn._h2.send_data(conn._stream, _PREFIX.pack(0, len(message)) + message)
-        await conn._flush()
+        self._queue += await conn._send(
+            conn._stream, _PREFIX.pack(0, len(message)) + message, False
+        )
 
 
 class GrpcPool(ConnectionPool[GrpcConnection]):

@@ -519,7 +519,13 @@ class Pool(ConnectionPool[Connection]):
     connection for a streamed answer (a watch), which the caller closes."""
 
     async def _connect(self, endpoint: Endpoint) -> Connection:
-        return await Connection.open(endpoint, self.tls)
+        conn = await Connection.open(endpoint, self.tls)
+        sock = conn.sock
+        if isinstance(sock, ssl.SSLSocket) and sock.selected_alpn_protocol() == "h2":
+            # The context was set to offer h2 (given to a gRPC client too): h11 cannot speak it.
+            conn.close()
+            raise NotSent("TLS negotiated h2: this context was given to a gRPC etcd client")
+        return conn
 
     def _take(self, endpoint: Endpoint) -> Connection | None:
         conn = super()._take(endpoint)

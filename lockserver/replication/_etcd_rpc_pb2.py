@@ -13,7 +13,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0f_etcd_rpc.proto\x12\x0flockserver.etcd\"\\\n\x0eResponseHeader\x12\x12\n\ncluster_id\x18\x01 \x01(\x04\x12\x11\n\tmember_id\x18\x02 \x01(\x04\x12\x10\n\x08revision\x18\x03 \x01(\x03\x12\x11\n\traft_term\x18\x04 \x01(\x04\"u\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x17\n\x0f\x63reate_revision\x18\x02 \x01(\x03\x12\x14\n\x0cmod_revision\x18\x03 \x01(\x03\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\r\n\x05value\x18\x05 \x01(\x0c\x12\r\n\x05lease\x18\x06 \x01(\x03\"\x80\x01\n\x05\x45vent\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .lockserver.etcd.Event.EventType\x12%\n\x02kv\x18\x02 \x01(\x0b\x32\x19.lockserver.etcd.KeyValue\" \n\tEventType\x12\x07\n\x03PUT\x10\x00\x12\n\n\x06\x44\x45LETE\x10\x01\"7\n\nPutRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\r\n\x05lease\x18\x03 \x01(\x03\">\n\x0bPutResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\"^\n\x12WatchCreateRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x11\n\trange_end\x18\x02 \x01(\x0c\x12\x16\n\x0estart_revision\x18\x03 \x01(\x03\x12\x10\n\x08\x66ragment\x18\x08 \x01(\x08\"^\n\x0cWatchRequest\x12=\n\x0e\x63reate_request\x18\x01 \x01(\x0b\x32#.lockserver.etcd.WatchCreateRequestH\x00\x42\x0f\n\rrequest_union\"\xe0\x01\n\rWatchResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\x12\x10\n\x08watch_id\x18\x02 \x01(\x03\x12\x0f\n\x07\x63reated\x18\x03 \x01(\x08\x12\x10\n\x08\x63\x61nceled\x18\x04 \x01(\x08\x12\x18\n\x10\x63ompact_revision\x18\x05 \x01(\x03\x12\x15\n\rcancel_reason\x18\x06 \x01(\t\x12\x10\n\x08\x66ragment\x18\x07 \x01(\x08\x12&\n\x06\x65vents\x18\x0b \x03(\x0b\x32\x16.lockserver.etcd.Eventb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0f_etcd_rpc.proto\x12\x0flockserver.etcd\"\\\n\x0eResponseHeader\x12\x12\n\ncluster_id\x18\x01 \x01(\x04\x12\x11\n\tmember_id\x18\x02 \x01(\x04\x12\x10\n\x08revision\x18\x03 \x01(\x03\x12\x11\n\traft_term\x18\x04 \x01(\x04\"u\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x17\n\x0f\x63reate_revision\x18\x02 \x01(\x03\x12\x14\n\x0cmod_revision\x18\x03 \x01(\x03\x12\x0f\n\x07version\x18\x04 \x01(\x03\x12\r\n\x05value\x18\x05 \x01(\x0c\x12\r\n\x05lease\x18\x06 \x01(\x03\"\x80\x01\n\x05\x45vent\x12.\n\x04type\x18\x01 \x01(\x0e\x32 .lockserver.etcd.Event.EventType\x12%\n\x02kv\x18\x02 \x01(\x0b\x32\x19.lockserver.etcd.KeyValue\" \n\tEventType\x12\x07\n\x03PUT\x10\x00\x12\n\n\x06\x44\x45LETE\x10\x01\"v\n\x0cRangeRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x11\n\trange_end\x18\x02 \x01(\x0c\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12\x11\n\tkeys_only\x18\x08 \x01(\x08\x12\x12\n\ncount_only\x18\t \x01(\x08\"\x85\x01\n\rRangeResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\x12&\n\x03kvs\x18\x02 \x03(\x0b\x32\x19.lockserver.etcd.KeyValue\x12\x0c\n\x04more\x18\x03 \x01(\x08\x12\r\n\x05\x63ount\x18\x04 \x01(\x03\"7\n\nPutRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\r\n\x05lease\x18\x03 \x01(\x03\">\n\x0bPutResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\"4\n\x12\x44\x65leteRangeRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x11\n\trange_end\x18\x02 \x01(\x0c\"W\n\x13\x44\x65leteRangeResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\x12\x0f\n\x07\x64\x65leted\x18\x02 \x01(\x03\"\xc7\x01\n\tRequestOp\x12\x36\n\rrequest_range\x18\x01 \x01(\x0b\x32\x1d.lockserver.etcd.RangeRequestH\x00\x12\x32\n\x0brequest_put\x18\x02 \x01(\x0b\x32\x1b.lockserver.etcd.PutRequestH\x00\x12\x43\n\x14request_delete_range\x18\x03 \x01(\x0b\x32#.lockserver.etcd.DeleteRangeRequestH\x00\x42\t\n\x07request\"\xcf\x01\n\nResponseOp\x12\x38\n\x0eresponse_range\x18\x01 \x01(\x0b\x32\x1e.lockserver.etcd.RangeResponseH\x00\x12\x34\n\x0cresponse_put\x18\x02 \x01(\x0b\x32\x1c.lockserver.etcd.PutResponseH\x00\x12\x45\n\x15response_delete_range\x18\x03 \x01(\x0b\x32$.lockserver.etcd.DeleteRangeResponseH\x00\x42\n\n\x08response\"\x89\x03\n\x07\x43ompare\x12\x36\n\x06result\x18\x01 \x01(\x0e\x32&.lockserver.etcd.Compare.CompareResult\x12\x36\n\x06target\x18\x02 \x01(\x0e\x32&.lockserver.etcd.Compare.CompareTarget\x12\x0b\n\x03key\x18\x03 \x01(\x0c\x12\x11\n\x07version\x18\x04 \x01(\x03H\x00\x12\x19\n\x0f\x63reate_revision\x18\x05 \x01(\x03H\x00\x12\x16\n\x0cmod_revision\x18\x06 \x01(\x03H\x00\x12\x0f\n\x05value\x18\x07 \x01(\x0cH\x00\x12\x0f\n\x05lease\x18\x08 \x01(\x03H\x00\"@\n\rCompareResult\x12\t\n\x05\x45QUAL\x10\x00\x12\x0b\n\x07GREATER\x10\x01\x12\x08\n\x04LESS\x10\x02\x12\r\n\tNOT_EQUAL\x10\x03\"G\n\rCompareTarget\x12\x0b\n\x07VERSION\x10\x00\x12\n\n\x06\x43REATE\x10\x01\x12\x07\n\x03MOD\x10\x02\x12\t\n\x05VALUE\x10\x03\x12\t\n\x05LEASE\x10\x04\x42\x0e\n\x0ctarget_union\"\x91\x01\n\nTxnRequest\x12)\n\x07\x63ompare\x18\x01 \x03(\x0b\x32\x18.lockserver.etcd.Compare\x12+\n\x07success\x18\x02 \x03(\x0b\x32\x1a.lockserver.etcd.RequestOp\x12+\n\x07\x66\x61ilure\x18\x03 \x03(\x0b\x32\x1a.lockserver.etcd.RequestOp\"\x81\x01\n\x0bTxnResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\x12\x11\n\tsucceeded\x18\x02 \x01(\x08\x12.\n\tresponses\x18\x03 \x03(\x0b\x32\x1b.lockserver.etcd.ResponseOp\"7\n\x11\x43ompactionRequest\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x10\n\x08physical\x18\x02 \x01(\x08\"E\n\x12\x43ompactionResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\"^\n\x12WatchCreateRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x11\n\trange_end\x18\x02 \x01(\x0c\x12\x16\n\x0estart_revision\x18\x03 \x01(\x03\x12\x10\n\x08\x66ragment\x18\x08 \x01(\x08\"^\n\x0cWatchRequest\x12=\n\x0e\x63reate_request\x18\x01 \x01(\x0b\x32#.lockserver.etcd.WatchCreateRequestH\x00\x42\x0f\n\rrequest_union\"\xe0\x01\n\rWatchResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\x12\x10\n\x08watch_id\x18\x02 \x01(\x03\x12\x0f\n\x07\x63reated\x18\x03 \x01(\x08\x12\x10\n\x08\x63\x61nceled\x18\x04 \x01(\x08\x12\x18\n\x10\x63ompact_revision\x18\x05 \x01(\x03\x12\x15\n\rcancel_reason\x18\x06 \x01(\t\x12\x10\n\x08\x66ragment\x18\x07 \x01(\x08\x12&\n\x06\x65vents\x18\x0b \x03(\x0b\x32\x16.lockserver.etcd.Event\",\n\x11LeaseGrantRequest\x12\x0b\n\x03TTL\x18\x01 \x01(\x03\x12\n\n\x02ID\x18\x02 \x01(\x03\"m\n\x12LeaseGrantResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\x12\n\n\x02ID\x18\x02 \x01(\x03\x12\x0b\n\x03TTL\x18\x03 \x01(\x03\x12\r\n\x05\x65rror\x18\x04 \x01(\t\" \n\x12LeaseRevokeRequest\x12\n\n\x02ID\x18\x01 \x01(\x03\"F\n\x13LeaseRevokeResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\"#\n\x15LeaseKeepAliveRequest\x12\n\n\x02ID\x18\x01 \x01(\x03\"b\n\x16LeaseKeepAliveResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\x12\n\n\x02ID\x18\x02 \x01(\x03\x12\x0b\n\x03TTL\x18\x03 \x01(\x03\"$\n\x16LeaseTimeToLiveRequest\x12\n\n\x02ID\x18\x01 \x01(\x03\"w\n\x17LeaseTimeToLiveResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\x12\n\n\x02ID\x18\x02 \x01(\x03\x12\x0b\n\x03TTL\x18\x03 \x01(\x03\x12\x12\n\ngrantedTTL\x18\x04 \x01(\x03\"\x0f\n\rStatusRequest\"\xe9\x01\n\x0eStatusResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0e\n\x06\x64\x62Size\x18\x03 \x01(\x03\x12\x0e\n\x06leader\x18\x04 \x01(\x04\x12\x11\n\traftIndex\x18\x05 \x01(\x04\x12\x10\n\x08raftTerm\x18\x06 \x01(\x04\x12\x18\n\x10raftAppliedIndex\x18\x07 \x01(\x04\x12\x0e\n\x06\x65rrors\x18\x08 \x03(\t\x12\x13\n\x0b\x64\x62SizeInUse\x18\t \x01(\x03\x12\x11\n\tisLearner\x18\n \x01(\x08\"5\n\x13\x41uthenticateRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\t\"V\n\x14\x41uthenticateResponse\x12/\n\x06header\x18\x01 \x01(\x0b\x32\x1f.lockserver.etcd.ResponseHeader\x12\r\n\x05token\x18\x02 \x01(\tb\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, '_etcd_rpc_pb2', globals())
@@ -28,14 +28,64 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _EVENT._serialized_end=378
   _EVENT_EVENTTYPE._serialized_start=346
   _EVENT_EVENTTYPE._serialized_end=378
-  _PUTREQUEST._serialized_start=380
-  _PUTREQUEST._serialized_end=435
-  _PUTRESPONSE._serialized_start=437
-  _PUTRESPONSE._serialized_end=499
-  _WATCHCREATEREQUEST._serialized_start=501
-  _WATCHCREATEREQUEST._serialized_end=595
-  _WATCHREQUEST._serialized_start=597
-  _WATCHREQUEST._serialized_end=691
-  _WATCHRESPONSE._serialized_start=694
-  _WATCHRESPONSE._serialized_end=918
+  _RANGEREQUEST._serialized_start=380
+  _RANGEREQUEST._serialized_end=498
+  _RANGERESPONSE._serialized_start=501
+  _RANGERESPONSE._serialized_end=634
+  _PUTREQUEST._serialized_start=636
+  _PUTREQUEST._serialized_end=691
+  _PUTRESPONSE._serialized_start=693
+  _PUTRESPONSE._serialized_end=755
+  _DELETERANGEREQUEST._serialized_start=757
+  _DELETERANGEREQUEST._serialized_end=809
+  _DELETERANGERESPONSE._serialized_start=811
+  _DELETERANGERESPONSE._serialized_end=898
+  _REQUESTOP._serialized_start=901
+  _REQUESTOP._serialized_end=1100
+  _RESPONSEOP._serialized_start=1103
+  _RESPONSEOP._serialized_end=1310
+  _COMPARE._serialized_start=1313
+  _COMPARE._serialized_end=1706
+  _COMPARE_COMPARERESULT._serialized_start=1553
+  _COMPARE_COMPARERESULT._serialized_end=1617
+  _COMPARE_COMPARETARGET._serialized_start=1619
+  _COMPARE_COMPARETARGET._serialized_end=1690
+  _TXNREQUEST._serialized_start=1709
+  _TXNREQUEST._serialized_end=1854
+  _TXNRESPONSE._serialized_start=1857
+  _TXNRESPONSE._serialized_end=1986
+  _COMPACTIONREQUEST._serialized_start=1988
+  _COMPACTIONREQUEST._serialized_end=2043
+  _COMPACTIONRESPONSE._serialized_start=2045
+  _COMPACTIONRESPONSE._serialized_end=2114
+  _WATCHCREATEREQUEST._serialized_start=2116
+  _WATCHCREATEREQUEST._serialized_end=2210
+  _WATCHREQUEST._serialized_start=2212
+  _WATCHREQUEST._serialized_end=2306
+  _WATCHRESPONSE._serialized_start=2309
+  _WATCHRESPONSE._serialized_end=2533
+  _LEASEGRANTREQUEST._serialized_start=2535
+  _LEASEGRANTREQUEST._serialized_end=2579
+  _LEASEGRANTRESPONSE._serialized_start=2581
+  _LEASEGRANTRESPONSE._serialized_end=2690
+  _LEASEREVOKEREQUEST._serialized_start=2692
+  _LEASEREVOKEREQUEST._serialized_end=2724
+  _LEASEREVOKERESPONSE._serialized_start=2726
+  _LEASEREVOKERESPONSE._serialized_end=2796
+  _LEASEKEEPALIVEREQUEST._serialized_start=2798
+  _LEASEKEEPALIVEREQUEST._serialized_end=2833
+  _LEASEKEEPALIVERESPONSE._serialized_start=2835
+  _LEASEKEEPALIVERESPONSE._serialized_end=2933
+  _LEASETIMETOLIVEREQUEST._serialized_start=2935
+  _LEASETIMETOLIVEREQUEST._serialized_end=2971
+  _LEASETIMETOLIVERESPONSE._serialized_start=2973
+  _LEASETIMETOLIVERESPONSE._serialized_end=3092
+  _STATUSREQUEST._serialized_start=3094
+  _STATUSREQUEST._serialized_end=3109
+  _STATUSRESPONSE._serialized_start=3112
+  _STATUSRESPONSE._serialized_end=3345
+  _AUTHENTICATEREQUEST._serialized_start=3347
+  _AUTHENTICATEREQUEST._serialized_end=3400
+  _AUTHENTICATERESPONSE._serialized_start=3402
+  _AUTHENTICATERESPONSE._serialized_end=3488
 # @@protoc_insertion_point(module_scope)

@@ -3,23 +3,27 @@ compaction, leases, watches, failover between members and the errors when nothin
 
 Every test runs under ``trio.fail_after``; the one-member tests share a module's cluster
 (``etcd1``, wiped before each test), the fault tests get three fresh members (``etcd3``).
+Every test runs twice: through etcd's gRPC API (the default transport) and through its JSON
+gateway (``transport="gateway"``), which must give the same results and errors.
 """
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
 from functools import partial
+from typing import Any, Literal
 
 import pytest
 import trio
 
 from lockbench.etcd import EtcdCluster, free_ports
+from lockserver.replication import _etcd
 from lockserver.replication._etcd import (
     MAX_VALUE,
     PAGE,
     Compacted,
     Compare,
-    Etcd,
     EtcdError,
     EtcdUnavailable,
     KeyValue,
@@ -33,6 +37,22 @@ from lockserver.replication._etcd import (
 
 #: Seconds any one test may take.
 BOUND = 15
+
+#: The transport of the test running (set by the ``transport`` fixture).
+TRANSPORT: list[Literal["grpc", "gateway"]] = ["grpc"]
+
+
+@pytest.fixture(autouse=True, params=["grpc", "gateway"])
+def transport(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test runs once per transport: gRPC (the default) and the JSON gateway."""
+    TRANSPORT[0] = request.param
+    yield request.param
+    TRANSPORT[0] = "grpc"
+
+
+def Etcd(endpoints: Any, **options: Any) -> _etcd.Etcd:
+    """An etcd client over the transport of the test running."""
+    return _etcd.Etcd(endpoints, transport=TRANSPORT[0], **options)
 
 
 def dead_endpoint() -> str:
@@ -342,7 +362,7 @@ async def test_an_unrenewed_lease_expires_within_its_ttl(etcd1: EtcdCluster) -> 
 
 
 async def collect(
-    etcd: Etcd, prefix: bytes, start: int, until: int
+    etcd: _etcd.Etcd, prefix: bytes, start: int, until: int
 ) -> tuple[list[WatchEvent], list[list[WatchEvent]]]:
     """The events of a watch from ``start`` up to revision ``until`` (and the batches)."""
     events: list[WatchEvent] = []
@@ -592,7 +612,8 @@ async def test_a_stopped_member_times_out_reads_fail_over_writes_say_maybe(
 
 
 async def test_an_http_server_that_is_not_etcd_is_an_etcd_error() -> None:
-    """An answer that is not etcd's JSON raises EtcdError quoting what came back."""
+    """An answer that is not etcd's (JSON for the gateway, HTTP/2 for gRPC) raises
+    EtcdError quoting what came back."""
 
     async def handler(stream: trio.SocketStream) -> None:
         await stream.receive_some(65536)
@@ -606,7 +627,12 @@ async def test_an_http_server_that_is_not_etcd_is_an_etcd_error() -> None:
             listeners = await nursery.start(partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
             port = listeners[0].socket.getsockname()[1]
             async with Etcd([f"127.0.0.1:{port}"]) as etcd:
-                with pytest.raises(EtcdError, match="HTTP 404 with no JSON: 'not found'"):
+                words = (
+                    "HTTP 404 with no JSON: 'not found'"
+                    if etcd.transport == "gateway"
+                    else r"does not speak HTTP/2 \(it began b'HTTP/1.1 '\)"
+                )
+                with pytest.raises(EtcdError, match=words):
                     await etcd.get(b"k")
             nursery.cancel_scope.cancel()
 

@@ -1,10 +1,13 @@
-"""The etcd client's gRPC transport (``Etcd(..., transport="grpc")``, ``etcd+grpc://``):
-puts and watches through etcd's gRPC API directly (HTTP/2 with h2, protobuf), issue 29.
+"""The etcd client's gRPC transport (the default, ``Etcd(..., transport="grpc")``,
+``etcd://``): every call through etcd's gRPC API directly (HTTP/2 with h2, protobuf), issue 29.
+(tests/replication/test_etcd_client.py and test_etcd_security.py run each of their tests over
+both transports; this module holds what is the gRPC transport's own.)
 
-Against real etcd members: the same results and errors as the gateway (a put's revision, a
-watch's batches in order, a missing lease, a compacted start), connections kept, a group of
-replicas running through ``etcd+grpc://``, and TLS with client certificates and auth (the
-token sent as gRPC's ``token`` metadata, renewed when etcd revokes it).
+Against real etcd members: the same results and errors as the gateway (every kind of call
+side by side, a put's revision, a watch's batches in order, a missing lease, a compacted
+start), connections kept, a group of replicas running through ``etcd://`` and one through
+``etcd+gateway://``, and TLS with client certificates and auth (the token sent as gRPC's
+``token`` metadata, renewed when etcd revokes it).
 
 Against a hostile server (h2's own server side on loopback, speaking gRPC badly on purpose):
 a message larger than the bound, a stream reset, garbage instead of HTTP/2, a message that is
@@ -19,8 +22,9 @@ import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from functools import partial
-from pathlib import Path
+from typing import Any
 
+import attrs
 import h2.config
 import h2.connection
 import h2.events
@@ -32,11 +36,19 @@ from lockbench.etcd import ETCD, SKIP_REASON, EtcdCluster, started, wipe
 from lockserver import ServerConfig, serve
 from lockserver.replication import _etcd_rpc_pb2 as pb
 from lockserver.replication._etcd import (
+    MAX_VALUE,
     Compacted,
+    Compare,
     Etcd,
     EtcdError,
     EtcdUnavailable,
+    KeyValue,
     LeaseGone,
+    TxnDelete,
+    TxnPut,
+    TxnRange,
+    TxnResult,
+    prefix_end,
 )
 from lockserver.replication._etcd_access import etcd_endpoints, etcd_transport
 
@@ -47,10 +59,8 @@ _groups = itertools.count()
 
 
 def grpc(cluster: EtcdCluster, **changes: object) -> Etcd:
-    """A gRPC client of ``cluster`` as a replica would be (a second TLS context for h2)."""
+    """A gRPC client of ``cluster`` as a replica would be."""
     options: dict[str, object] = {**cluster.client_options(), **changes}
-    if cluster.pki is not None:
-        options.setdefault("grpc_tls", cluster.pki.client_context(with_cert=True))
     return Etcd(cluster.urls, timeout=2.0, transport="grpc", **options)  # type: ignore[arg-type]
 
 
@@ -61,7 +71,7 @@ async def test_puts_and_watches_over_grpc_agree_with_the_gateway(etcd1: EtcdClus
     """Puts through gRPC return the revisions a gateway read sees; a gRPC watch from before
     them gives every put and delete, in order, with keys, values and revisions."""
     with trio.fail_after(BOUND):
-        async with grpc(etcd1) as etcd, Etcd(etcd1.endpoints) as gateway:
+        async with grpc(etcd1) as etcd, Etcd(etcd1.endpoints, transport="gateway") as gateway:
             assert etcd.transport == "grpc" and gateway.transport == "gateway"
             start = await gateway.current_revision() + 1
             revisions = [await etcd.put(b"/w/%d" % i, b"v%d" % i) for i in range(5)]
@@ -80,6 +90,94 @@ async def test_puts_and_watches_over_grpc_agree_with_the_gateway(etcd1: EtcdClus
                 *[("put", b"/w/%d" % i, b"v%d" % i, revisions[i]) for i in range(5)],
                 ("delete", b"/w/0", b"", deleted),
             ]
+
+
+async def calls(etcd: Etcd, p: bytes) -> list[object]:
+    """Every kind of call of the client under prefix ``p``, and what each returned, with
+    revisions counted from the first and the lease ID replaced by its name."""
+    base = await etcd.current_revision()
+    lease, ttl = await etcd.lease_grant(30)
+
+    def norm(value: object) -> object:
+        if isinstance(value, KeyValue):
+            return attrs.evolve(
+                value,
+                key=value.key.removeprefix(p),
+                mod_revision=value.mod_revision - base,
+                create_revision=value.create_revision - base,
+                lease=value.lease and -1,
+            )
+        if isinstance(value, TxnResult):
+            return (value.succeeded, value.revision - base, norm(value.results))
+        if isinstance(value, tuple | list):
+            return [norm(v) for v in value]
+        return value
+
+    out: list[object] = [ttl]
+    out.append(await etcd.put(p + b"1", b"one") - base)
+    out.append(await etcd.put(p + b"2", b"two", lease=lease) - base)
+    out.append(norm(await etcd.get(p + b"1")))
+    out.append(norm(await etcd.get(p + b"none")))
+    kvs, at = await etcd.get_prefix(p)
+    out += [norm(kvs), at - base, await etcd.mod_revision(p + b"1") - base]
+    out.append(norm(await etcd.get_prefix(p, limit=1))[0])  # type: ignore[index]
+    one = base + 1
+    out.append(
+        norm(
+            await etcd.txn(
+                [
+                    Compare(p + b"1", "mod_revision", "==", one),
+                    Compare(p + b"1", "value", "==", b"one"),
+                ],
+                [TxnPut(p + b"3", b"three"), TxnRange(p, prefix_end(p)), TxnDelete(p + b"2")],
+            )
+        )
+    )
+    out.append(
+        norm(
+            await etcd.txn(
+                [Compare(p + b"1", "version", ">", 5)], [TxnDelete(p)], [TxnRange(p + b"1")]
+            )
+        )
+    )
+    ok, revision = await etcd.put_if_absent(p + b"1", b"again")
+    out.append((ok, revision - base))
+    ok, revision = await etcd.put_if_mod_revision(p + b"1", b"uno", one)
+    out.append((ok, revision - base))
+    out.append(await etcd.lease_keepalive(lease))
+    out.append((await etcd.lease_time_to_live(lease))[1])
+    out += [await etcd.lease_revoke(lease), await etcd.lease_revoke(lease)]
+    out.append(await etcd.lease_time_to_live(lease))
+    with pytest.raises(LeaseGone) as gone:
+        await etcd.lease_keepalive(lease)
+    out.append(gone.value.lease_id == lease)
+    out.append(await etcd.delete(p + b"3"))
+    out.append(await etcd.delete_prefix(p))
+    status = await etcd.status()
+    out.append(sorted(status))
+    out.append(status["revision"] - base)
+    last = await etcd.put(p + b"4", b"four")
+    await etcd.compact(last)
+    await etcd.compact(last)  # twice: not an error
+    with pytest.raises(Compacted) as compacted:
+        await etcd.get_prefix(p, revision=one)
+    out.append(compacted.value.compact_revision - base)
+    with pytest.raises(EtcdError, match="future revision") as future:
+        await etcd.get_prefix(p, revision=last + 100)
+    out.append(future.value.code)
+    return out
+
+
+async def test_every_call_gives_the_same_results_both_ways(etcd1: EtcdCluster) -> None:
+    """The same calls (keys, listings, transactions with compares and each kind of
+    operation, deletes, leases, status, compaction and its errors) give the same results
+    through gRPC and through the gateway."""
+    with trio.fail_after(BOUND):
+        async with grpc(etcd1) as etcd, Etcd(etcd1.endpoints, transport="gateway") as gateway:
+            over_grpc = await calls(etcd, b"/same/grpc/")
+            over_gateway = await calls(gateway, b"/same/gateway/")
+    assert over_grpc == over_gateway
+    assert over_grpc[1:3] == [1, 2]  # the sequence ran (revisions counted from the base)
 
 
 async def test_a_put_on_a_missing_lease_is_lease_gone(etcd1: EtcdCluster) -> None:
@@ -119,12 +217,18 @@ async def test_grpc_connections_are_kept(etcd1: EtcdCluster) -> None:
             assert etcd.statistics().connections_opened == 2
 
 
-async def test_a_group_runs_through_etcd_grpc(etcd1: EtcdCluster) -> None:
-    """Two replicas given ``etcd+grpc://``: a lock granted through one is refused through
-    the other, released, then granted there; both replicas' clients speak gRPC."""
+@pytest.mark.parametrize(
+    ("scheme", "transport"), [("etcd://", "grpc"), ("etcd+gateway://", "gateway")]
+)
+async def test_a_group_runs_through_either_transport(
+    etcd1: EtcdCluster, scheme: str, transport: str
+) -> None:
+    """Two replicas given ``etcd://`` (gRPC) or ``etcd+gateway://``: a lock granted through
+    one is refused through the other, released, then granted there; both replicas' clients
+    speak the transport named."""
     config = ServerConfig(
         port=0,
-        replicate="etcd+grpc://" + ",".join(etcd1.endpoints),
+        replicate=scheme + ",".join(etcd1.endpoints),
         group=f"g{next(_groups)}",
         replica_lease_ttl=2,
     )
@@ -143,35 +247,46 @@ async def test_a_group_runs_through_etcd_grpc(etcd1: EtcdCluster) -> None:
                 await a.end()
                 assert (await b.execute("ns", lock)).ok
             for running in (r1, r2):
-                assert running.replica.etcd.transport == "grpc"
+                assert running.replica.etcd.transport == transport
             nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize(
     ("text", "transport", "urls"),
     [
+        ("etcd://a:1,b:2", "grpc", ("http://a:1", "http://b:2")),
+        ("etcds://a:1", "grpc", ("https://a:1",)),
+        ("https://a:1", "grpc", ("https://a:1",)),
         ("etcd+grpc://a:1,b:2", "grpc", ("http://a:1", "http://b:2")),
         ("ETCDS+GRPC://a:1", "grpc", ("https://a:1",)),
-        ("etcd://a:1", "gateway", ("http://a:1",)),
-        ("https://a:1", "gateway", ("https://a:1",)),
+        ("etcd+gateway://a:1", "gateway", ("http://a:1",)),
+        ("Etcds+Gateway://a:1,b:2", "gateway", ("https://a:1", "https://b:2")),
     ],
 )
 def test_replicate_names_the_transport(text: str, transport: str, urls: tuple[str, ...]) -> None:
+    """gRPC is the default; ``+gateway`` asks for the JSON gateway, ``+grpc`` is accepted."""
     assert etcd_transport(text) == transport
     assert etcd_endpoints(text) == urls
 
 
-def test_grpc_over_tls_needs_a_context_of_its_own(tmp_path: Path) -> None:
-    """h2 is negotiated by ALPN on the context: sharing the gateway's would break it."""
-    import ssl
-
-    tls = ssl.create_default_context()
-    with pytest.raises(ValueError, match="grpc_tls"):
-        Etcd(["https://127.0.0.1:1"], tls=tls, transport="grpc")
-    with pytest.raises(ValueError, match="another SSLContext"):
-        Etcd(["https://127.0.0.1:1"], tls=tls, transport="grpc", grpc_tls=tls)
+def test_the_transport_is_checked() -> None:
+    assert Etcd(["127.0.0.1:1"]).transport == "grpc"
     with pytest.raises(ValueError, match="transport"):
         Etcd(["127.0.0.1:1"], transport="http3")  # type: ignore[arg-type]
+
+
+async def test_a_context_set_for_h2_is_refused_by_the_gateway(secure: EtcdCluster) -> None:
+    """A gRPC client sets its TLS context to offer h2 (ALPN); given to a gateway client too,
+    that context is refused with a clear error instead of h11 meeting HTTP/2."""
+    tls = secure.client_options()["tls"]
+    with trio.fail_after(BOUND):
+        async with grpc(secure, tls=tls) as etcd:
+            await etcd.put(b"/lockserver/h2", b"v")
+        async with Etcd(
+            secure.urls, transport="gateway", **{**secure.client_options(), "tls": tls}
+        ) as gateway:
+            with pytest.raises(EtcdUnavailable, match="negotiated h2"):
+                await gateway.get(b"/lockserver/h2")
 
 
 # --- TLS, client certificates and auth ----------------------------------------------------------
@@ -312,23 +427,23 @@ def put_answer(revision: int) -> bytes:
 async def test_a_hostile_answer_to_a_put_is_a_clear_maybe_applied_error(
     reply: Reply, words: str
 ) -> None:
-    """Every broken answer to a put is an EtcdError naming what is wrong; when the transport
-    broke, the put may have been applied (it was sent) and the next call opens a new
+    """Every broken answer to a put is an EtcdUnavailable naming what is wrong, the put
+    maybe applied (it was sent); when the transport broke, the next call opens a new
     connection."""
     with trio.fail_after(BOUND):
         async with fake_etcd(serving(reply)) as (address, connections), quick(address) as etcd:
             for attempt in (1, 2):
-                with pytest.raises(EtcdError, match=words) as caught:
+                with pytest.raises(EtcdUnavailable, match=words) as caught:
                     await etcd.put(b"/k", b"v")
-                if isinstance(caught.value, EtcdUnavailable):
-                    # The transport failed: the put may be in, the connection is dropped.
-                    assert caught.value.maybe_applied
-                    assert len(connections) == attempt
-                else:
-                    # HTTP/2 ended the call cleanly, only its message is unreadable (as the
-                    # gateway's JSON of the wrong shape): the connection stays in use.
-                    assert "cannot read" in str(caught.value)
+                # The put may be in (it was sent).
+                assert caught.value.maybe_applied
+                if "cannot read" in words:
+                    # HTTP/2 ended the call cleanly, only its message is unreadable (as an
+                    # answer that is not JSON from the gateway): the connection stays in use.
                     assert len(connections) == 1
+                else:
+                    # The transport failed: the connection is dropped.
+                    assert len(connections) == attempt
 
 
 async def test_a_frame_larger_than_http2_allows_is_a_clear_error() -> None:
@@ -384,6 +499,57 @@ async def test_a_put_answered_well_returns_its_revision() -> None:
             assert await etcd.put(b"/k", b"v") == 42
             assert await etcd.put(b"/k", b"v") == 42
             assert len(connections) == 1
+
+
+@pytest.mark.parametrize(
+    ("reply", "words"),
+    [
+        (answering(frame(b"\xff\xff\xff")), "cannot read.*not a RangeResponse"),
+        (answering(b"", status="14", message="etcdserver: no leader"), "no leader"),
+        (resetting, "reset"),
+        (answering(frame(b"", length=10**9)), "more than 65536"),
+    ],
+    ids=["not-protobuf", "unavailable", "reset", "huge"],
+)
+async def test_a_hostile_endpoint_first_is_skipped_by_reads(
+    etcd1: EtcdCluster, reply: Reply, words: str
+) -> None:
+    """A hostile gRPC endpoint listed first: a read (a range, a keepalive, a status) fails
+    over to the real etcd, which the client then keeps using; a write (a transaction, a
+    delete) that reached the hostile one says it may have been applied and names why."""
+    hostile_options: dict[str, Any] = {"timeout": 2.0, "transport": "grpc", "max_answer": 65536}
+    with trio.fail_after(BOUND):
+        async with fake_etcd(serving(reply)) as (address, _):
+            async with Etcd([address, *etcd1.endpoints], **hostile_options) as etcd:
+                assert await etcd.get(b"/absent") is None
+                assert etcd.endpoint == f"http://{etcd1.endpoints[0]}"
+                lease, _ = await etcd.lease_grant(10)
+                assert await etcd.lease_keepalive(lease) == 10
+            async with Etcd([address, *etcd1.endpoints], **hostile_options) as etcd:
+                with pytest.raises(
+                    EtcdUnavailable, match=words.replace("RangeResponse", "TxnResponse")
+                ) as caught:
+                    await etcd.put_if_absent(b"/hostile", b"v")
+                assert caught.value.maybe_applied
+                assert await etcd.get(b"/hostile") is None  # the real etcd never saw it
+            async with quick(address) as etcd:
+                with pytest.raises(
+                    EtcdUnavailable, match=words.replace("RangeResponse", "StatusResponse")
+                ):
+                    await etcd.status()
+
+
+async def test_a_large_request_goes_out_as_flow_control_allows(etcd1: EtcdCluster) -> None:
+    """A value of MAX_VALUE bytes is larger than etcd's initial HTTP/2 window (64 KiB) and
+    frame size (16 KiB): it is sent in frames as etcd's WINDOW_UPDATEs allow, and read back."""
+    value = bytes(range(256)) * (MAX_VALUE // 256)
+    with trio.fail_after(BOUND):
+        async with grpc(etcd1) as etcd:
+            for i in range(3):
+                revision = await etcd.put(b"/big/%d" % i, value)
+                kv = await etcd.get(b"/big/%d" % i)
+                assert kv is not None and (kv.value, kv.mod_revision) == (value, revision)
+            assert etcd.statistics().connections_opened == 1
 
 
 async def test_a_watch_message_that_is_not_protobuf_is_an_etcd_error() -> None:

@@ -1,5 +1,6 @@
-"""The etcd client against a hostile or broken endpoint: a fake server on loopback that speaks
-HTTP badly on purpose (issue 29's attacks). Every answer it can give -- huge, endless,
+"""The etcd client over etcd's JSON gateway (``transport="gateway"``) against a hostile or
+broken endpoint: a fake server on loopback that speaks HTTP/1.1 badly on purpose (issue 29's
+attacks; the gRPC transport's are in test_etcd_grpc.py). Every answer it can give -- huge, endless,
 malformed, slow, or JSON of the wrong shape -- must end in a bounded, clear EtcdError: never
 a hang, never unbounded memory, never another exception type, and a write never reported as
 "not applied" once it may have been.
@@ -80,6 +81,7 @@ def replying(*payloads: bytes) -> Handler:
 
 
 def quick(address: str, **options: object) -> Etcd:
+    options.setdefault("transport", "gateway")
     return Etcd([address], timeout=0.5, max_answer=SMALL, **options)  # type: ignore[arg-type]
 
 
@@ -243,7 +245,7 @@ async def test_a_failover_skips_a_hostile_endpoint_for_reads(etcd1: EtcdCluster)
     with trio.fail_after(BOUND):
         async with (
             fake_etcd(replying(garbage, garbage)) as address,
-            Etcd([address, *etcd1.endpoints], timeout=2.0) as etcd,
+            Etcd([address, *etcd1.endpoints], timeout=2.0, transport="gateway") as etcd,
         ):
             for _ in range(3):
                 assert await etcd.get(b"absent") is None
@@ -400,7 +402,7 @@ async def test_a_kept_alive_connection_the_server_closed_is_not_used_for_a_write
 async def test_connections_are_reused_against_etcd(etcd1: EtcdCluster) -> None:
     """Against etcd, sequential calls share one kept-alive connection."""
     with trio.fail_after(BOUND):
-        async with Etcd(etcd1.endpoints) as etcd:
+        async with Etcd(etcd1.endpoints, transport="gateway") as etcd:
             for i in range(20):
                 await etcd.put(b"reuse", b"%d" % i)
                 await etcd.get(b"reuse")

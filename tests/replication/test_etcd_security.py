@@ -9,6 +9,11 @@ auth configured on one side only), promptly and without a write being doubled; a
 revokes or lets expire is renewed without the caller noticing and without a write applied
 twice.
 
+Every test runs twice: through etcd's gRPC API (the default transport; the token goes as
+gRPC's ``token`` metadata) and through its JSON gateway (``etcds+gateway://``), which must
+give the same results and errors (save the one the gateway alone has: it refuses a client
+certificate with a Common Name).
+
 The certificates are made by the fixture (``lockbench.etcd.TestPki``, trustme); etcd's
 password hashing runs at its cheapest cost so an authentication costs milliseconds.
 """
@@ -19,7 +24,7 @@ import itertools
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import trio
@@ -27,12 +32,36 @@ import trio
 from client import Assert, SetVar, open_lock_client
 from lockbench.etcd import ETCD, SKIP_REASON, EtcdCluster, started, wipe
 from lockserver import ServerConfig, serve
-from lockserver.replication._etcd import Etcd, EtcdAuthError, EtcdError, EtcdUnavailable
+from lockserver.replication import _etcd
+from lockserver.replication._etcd import EtcdAuthError, EtcdError, EtcdUnavailable
 
 #: Seconds any one test may take.
 BOUND = 30
 
 _groups = itertools.count()
+
+#: The transport of the test running (set by the ``transport`` fixture).
+TRANSPORT: list[Literal["grpc", "gateway"]] = ["grpc"]
+
+
+@pytest.fixture(autouse=True, params=["grpc", "gateway"])
+def transport(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test runs once per transport: gRPC (the default) and the JSON gateway."""
+    TRANSPORT[0] = request.param
+    yield request.param
+    TRANSPORT[0] = "grpc"
+
+
+def Etcd(endpoints: Any, **options: Any) -> _etcd.Etcd:
+    """An etcd client over the transport of the test running."""
+    return _etcd.Etcd(endpoints, transport=TRANSPORT[0], **options)
+
+
+def replicate(cluster: EtcdCluster) -> str:
+    """The ``replicate`` setting naming ``cluster`` over the transport of the test running."""
+    if TRANSPORT[0] == "grpc":
+        return cluster.replicate
+    return cluster.replicate.replace("://", "+gateway://", 1)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +83,7 @@ def secure(secure_module: EtcdCluster) -> EtcdCluster:
     return secure_module
 
 
-def client(cluster: EtcdCluster, **changes: Any) -> Etcd:
+def client(cluster: EtcdCluster, **changes: Any) -> _etcd.Etcd:
     """A client of ``cluster`` as a replica would be, with ``changes`` to its options."""
     options = {**cluster.client_options(), **changes}
     return Etcd(cluster.urls, timeout=2.0, **options)
@@ -85,7 +114,7 @@ async def test_a_group_runs_through_tls_client_certificates_and_auth(
     group = f"s{next(_groups)}"
     config = ServerConfig(
         port=0,
-        replicate=secure.replicate,
+        replicate=replicate(secure),
         group=group,
         replica_lease_ttl=2,
         etcd_ca_file=str(secure.pki.ca_file),
@@ -94,7 +123,7 @@ async def test_a_group_runs_through_tls_client_certificates_and_auth(
         etcd_user="lockserver",
         etcd_password_file=str(secure.password_file),
     )
-    assert config.replicate.startswith("etcds://")
+    assert config.replicate.startswith("etcds")
     with trio.fail_after(BOUND):
         async with trio.open_nursery() as nursery:
             r1 = await nursery.start(serve, config)
@@ -114,6 +143,7 @@ async def test_a_group_runs_through_tls_client_certificates_and_auth(
                 assert etcd.tls
                 assert etcd.endpoint.startswith("https://")
                 assert etcd.statistics().tokens >= 1
+                assert etcd.transport == TRANSPORT[0]
             nursery.cancel_scope.cancel()
 
 
@@ -188,11 +218,16 @@ async def test_no_client_certificate_is_a_clear_error_and_no_write_went_out(
 
 async def test_a_client_certificate_with_a_common_name_is_explained(secure: EtcdCluster) -> None:
     """etcd's gateway refuses a client certificate that has a Common Name: the error says
-    so and how to issue one it accepts."""
+    so and how to issue one it accepts. etcd's gRPC API takes it (the user is the token's)."""
     assert secure.pki is not None
     named = secure.pki.issue("named.invalid", common_name="lockserver")
     with trio.fail_after(BOUND):
         async with client(secure, tls=context(secure, cert=named)) as etcd:
+            if etcd.transport == "grpc":
+                await etcd.put(b"/lockserver/k", b"v")
+                kv = await etcd.get(b"/lockserver/k")
+                assert kv is not None and kv.value == b"v"
+                return
             with pytest.raises(EtcdAuthError, match=r"Common Name.*subject alternative name"):
                 await etcd.get(b"/lockserver/k")
 
@@ -327,7 +362,7 @@ async def test_a_replica_with_a_wrong_password_exits_saying_why(
     wrong.chmod(0o600)
     config = ServerConfig(
         port=0,
-        replicate=secure.replicate,
+        replicate=replicate(secure),
         group="denied",
         etcd_ca_file=str(secure.pki.ca_file),
         etcd_cert_file=str(secure.pki.client_cert_file),

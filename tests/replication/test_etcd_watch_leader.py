@@ -6,6 +6,7 @@ a member, and ``mod_revision`` reads a key's last change without its value."""
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 import pytest
 import trio
@@ -25,7 +26,7 @@ async def test_mod_revision_reads_the_last_change_of_a_key(etcd1: EtcdCluster) -
 
 @pytest.mark.parametrize("transport", ["gateway", "grpc"])
 async def test_a_watch_on_a_member_without_a_leader_is_refused(
-    etcd3: EtcdCluster, transport: str
+    etcd3: EtcdCluster, transport: Literal["gateway", "grpc"]
 ) -> None:
     """Two of three members stopped: the third has no leader (after its election timeout),
     and a watch opened there is refused -- it asked for a leader (the gateway's header, or
