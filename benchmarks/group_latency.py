@@ -18,9 +18,9 @@ sitting, with no 10 s window's worst above 30 ms. This script makes that measure
   one lease, one lock name), through ``http.client`` as the issue did; each call is one
   transaction (lock and unlock are each one etcd write).
 
-Everything runs against the same etcd member, interleaved round by round, and every server
-runs unpinned (etcd, three replicas and the load share the machine's CPUs: the issue's
-layout). ``--roots NAME=PATH,...`` measures the group of several checkouts in the same
+Everything runs against the same etcd member, interleaved round by round (odd rounds in
+the reverse order of ``--roots``), and every server runs unpinned (etcd, three replicas and
+the load share the machine's CPUs: the issue's layout). ``--roots NAME=PATH,...`` measures the group of several checkouts in the same
 sitting (before/after: each round starts a fresh group per root, through
 ``LOCKBENCH_SERVER_ROOT``); ``--etcd-tls`` deploys etcd with TLS, client certificates and
 auth (the replicas' settings then name its CA, certificate and user; the etcd side still
@@ -340,7 +340,9 @@ def main(argv: list[str] | None = None) -> int:
             plain, port = etcd, etcd.members[0].client_port
         try:
             for rnd in range(args.rounds):
-                for name, root in roots:
+                # Odd rounds reverse the sides' order: the side measured first in a round
+                # was measured faster (benchmarks/README.md, issue 29's lone acquire).
+                for name, root in roots if rnd % 2 == 0 else roots[::-1]:
                     if root:
                         os.environ[SERVER_ROOT_VARIABLE] = str(Path(root).resolve())
                     else:
