@@ -18,16 +18,16 @@ sitting, with no 10 s window's worst above 30 ms. This script makes that measure
   one lease, one lock name), through ``http.client`` as the issue did; each call is one
   transaction (lock and unlock are each one etcd write).
 
-Everything runs against the same etcd member, interleaved round by round (odd rounds in
-the reverse order of ``--roots``), and every server runs unpinned (etcd, three replicas and
-the load share the machine's CPUs: the issue's layout). ``--roots NAME=PATH,...`` measures the group of several checkouts in the same
-sitting (before/after: each round starts a fresh group per root, through
-``LOCKBENCH_SERVER_ROOT``); ``--etcd-tls`` deploys etcd with TLS, client certificates and
-auth (the replicas' settings then name its CA, certificate and user; the etcd side still
-plain: its figures are etcd's own). How a root's replicas reach etcd: ``--grpc NAME,...``
-gives them ``etcd+grpc://``, ``--gateway NAME,...`` ``etcd+gateway://`` (since issue 29 step
-2), any other ``HOST:PORT``, the checkout's default (the gateway before that step, gRPC
-since); the summary says which each root got.
+Everything runs against the same etcd member, interleaved round by round (odd rounds in the
+reverse order of ``--roots``), and every server runs unpinned (etcd, three replicas and the
+load share the machine's CPUs: the issue's layout). ``--roots NAME=PATH,...`` measures the
+group of several checkouts in the same sitting (before/after: each round starts a fresh
+group per root, through ``LOCKBENCH_SERVER_ROOT``); ``--etcd-tls`` deploys etcd with TLS,
+client certificates and auth (the replicas' settings then name its CA, certificate and user;
+the etcd side still plain: its figures are etcd's own). How a root's replicas reach etcd:
+``--grpc NAME,...`` gives them ``etcd+grpc://``, ``--gateway NAME,...`` ``etcd+gateway://``
+(since issue 29 step 2), any other ``HOST:PORT``, the checkout's default (the gateway before
+that step, gRPC since); the summary says which each root got.
 
     python -m benchmarks.group_latency --rounds 3 --duration 10
     python -m benchmarks.group_latency --roots before=/tmp/before,after=. --shapes strict
