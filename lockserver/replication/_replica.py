@@ -48,7 +48,8 @@ Theory of operation (docs/replication.md):
   A replica that nothing waits on (no client connection made a call, nothing proposed or
   being committed) lets the watch's entries gather for ``IDLE_GATHER`` (4 ms) after a light
   batch that drained the stream, then applies them in one wake-up: its state is up to 4 ms
-  older, which no one can observe but ``stats``; a proposal ends the pause at once.
+  older, which only reads of the applied state as it is can show (``stats``, the HTTP
+  listings); a proposal (a protocol listing is one) ends the pause at once.
 - **Halting**: an authenticated entry of a format this version does not know (a newer
   replica wrote it), or keys that cannot read a registered replica's entries, halt the
   replica: it closes its connections, leaves the group (revokes its lease), refuses every
