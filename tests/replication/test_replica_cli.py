@@ -104,7 +104,7 @@ def test_an_entry_of_an_unknown_format_halts_the_replica_and_status_says_why(
     from lockbench.etcd import _http
     from lockserver.replication._group import ENTRY_FORMAT
     from lockserver.replication._replica import group_prefix
-    from protocol import pack
+    from protocol import Connection, Hello, Role, pack
 
     future = ENTRY_FORMAT + 1
     group = f"u{time.monotonic_ns()}"
@@ -115,6 +115,12 @@ def test_an_entry_of_an_unknown_format_halts_the_replica_and_status_says_why(
             # Served through the log: the replica applies it from here on.
             assert session.execute("ns", [Assert(SetVar("t", "v"))]).ok
         with socket.create_connection(("127.0.0.1", replica.port), timeout=10) as sock:
+            # The handshake's answer: the replica serves this connection before the entry is
+            # put (a connection it accepted only after halting would stay open, unasked).
+            proto = Connection(Role.CLIENT)
+            sock.sendall(proto.send(Hello(1, client_name="halt-test")))
+            while proto.next_message() is None:
+                proto.receive_data(sock.recv(65536))
             entry = pack([future, "future-replica", 0, 1, 0.0, 0, 1.0, b"ops of the future"])
             key = group_prefix(group) + b"log"
             body = {
@@ -125,8 +131,11 @@ def test_an_entry_of_an_unknown_format_halts_the_replica_and_status_says_why(
             answer = _http(port, "POST", "/v3/kv/put", body, 5.0)
             revision = int(answer["header"]["revision"])
             sock.settimeout(10)
-            while sock.recv(65536):  # the server closed it: EOF after whatever it sent
-                pass
+            try:
+                while sock.recv(65536):  # the server closed it: EOF after whatever it sent
+                    pass
+            except TimeoutError:
+                pytest.fail(f"the connection stayed open; the replica's log:\n{replica.log_tail()}")
         assert replica.process is not None and replica.process.poll() is None  # still up
         (record,) = json.loads(lockctl_of(replica.address, "--json", "status"))
         text = lockctl_of(replica.address, "status")
