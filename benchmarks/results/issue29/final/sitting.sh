@@ -2,8 +2,8 @@
 # The last sitting of issue 29 (2026-11-28, fifth session): the merged tree against main at
 # the session's start (0c44dc0, a git archive in /tmp/s5-before), then the group with and
 # without a group secret. Run through /work/bin/quiet-run. (A first run also measured
-# 0c44dc0 given etcd+grpc://: its replica 0 exited at its first snapshot, the 1 MB chunk
-# too large for that transport's one-frame send, fixed by grpcall; that root was dropped.)
+# 0c44dc0 given etcd+grpc://: its replica 0 was gone once snapshots began, as the 1 MB
+# chunk's FlowControlError that stall saw; fixed by grpcall; that root was dropped.)
 set -u
 cd /work/main
 out=benchmarks/results/issue29/final
