@@ -56,6 +56,7 @@ from ._etcd_http import (
     Endpoint,
     MaybeSent,
     NotSent,
+    send_all,
     transport_cause,
 )
 
@@ -63,7 +64,6 @@ __all__ = ["GrpcConnection", "GrpcPool", "GrpcStatus", "grpc_context"]
 
 _RECV: Final = 64 * 1024
 _WOULD_BLOCK_READ: Final = (BlockingIOError, ssl.SSLWantReadError)
-_WOULD_BLOCK_WRITE: Final = (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError)
 #: Our receive window, per stream and for the connection: etcd never waits on our
 #: WINDOW_UPDATEs for one answer (each message is acknowledged as it is read anyway).
 _WINDOW: Final = 16 * 1024 * 1024
@@ -238,24 +238,8 @@ class GrpcConnection:
 
     async def _flush(self) -> None:
         data = self._h2.data_to_send()
-        if not data:
-            return
-        view = memoryview(data)
-        sock = self.sock
-        while view:
-            try:
-                n = sock.send(view)
-            except _WOULD_BLOCK_WRITE:
-                await trio.lowlevel.wait_writable(sock)
-                continue
-            except OSError as e:
-                if not self.sent:
-                    raise NotSent(transport_cause(e)) from None
-                raise MaybeSent(transport_cause(e)) from None
-            if n:
-                self.sent = True
-            view = view[n:]
-        await trio.lowlevel.checkpoint()
+        if data:
+            await send_all(self, data)
 
     async def _events(self, timeout: float | None = None) -> list[h2.events.Event]:
         """The next events HTTP/2 yields from what arrives (at least one). Once bytes have

@@ -30,7 +30,7 @@ from ._etcd_json import (
     error_of,
     malformed,
 )
-from ._etcd_watch import join_fragments
+from ._etcd_watch import join_fragments, stream_broke, stream_ended
 
 __all__ = ["GrpcWatchStream"]
 
@@ -133,15 +133,9 @@ class GrpcWatchStream:
         except GrpcStatus as e:
             raise error_of(self.url, _WATCH, {"code": e.code, "message": e.message}, {}) from None
         except (NotSent, MaybeSent) as e:
-            if opening:
-                raise
-            raise EtcdUnavailable(
-                f"etcd at {self.url}: the watch stream broke ({e})", endpoint=self.url
-            ) from None
+            raise stream_broke(self.url, e, opening) from None
         if message is None:
-            if opening:
-                raise MaybeSent("the stream ended before etcd created the watch")
-            raise EtcdUnavailable(f"etcd at {self.url} ended the watch stream", endpoint=self.url)
+            raise stream_ended(self.url, opening)
         try:
             response: pb.WatchResponse = pb.WatchResponse.FromString(message)
         except DecodeError as e:

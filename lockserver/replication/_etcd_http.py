@@ -58,6 +58,7 @@ __all__ = [
     "NotSent",
     "Pool",
     "parse_endpoint",
+    "send_all",
     "transport_cause",
 ]
 
@@ -195,6 +196,42 @@ def _cert_refused(e: BaseException) -> bool:
 
 
 # --- one connection ---------------------------------------------------------------------------
+
+
+class _Sending(Protocol):
+    """A connection :func:`send_all` writes to: its socket, and whether a byte went out."""
+
+    sock: socket.socket
+    sent: bool
+
+
+async def send_all(conn: _Sending, data: bytes, *, reused: bool = False) -> None:
+    """Write ``data`` to ``conn.sock`` whole (waiting while the kernel's buffer is full),
+    setting ``conn.sent`` once a byte went out, then checkpoint. A failure raises
+    :class:`NotSent` when nothing of the connection's request went out (also when a
+    ``reused`` kept-alive connection turns out closed by the server), else
+    :class:`MaybeSent`: the rule both transports' callers sort errors by."""
+    view = memoryview(data)
+    sock = conn.sock
+    while view:
+        try:
+            n = sock.send(view)
+        except _WOULD_BLOCK_WRITE:
+            await trio.lowlevel.wait_writable(sock)
+            continue
+        except OSError as e:
+            if not conn.sent and reused and e.errno in (errno.EPIPE, errno.ECONNRESET):
+                # A kept-alive connection the server had closed: nothing went out.
+                raise NotSent(f"the kept-alive connection was closed ({e.strerror})") from None
+            if not conn.sent:
+                raise NotSent(transport_cause(e)) from None
+            raise MaybeSent(transport_cause(e)) from None
+        if n:
+            conn.sent = True
+        view = view[n:]
+    # One checkpoint per request even when the kernel took it all at once: a caller
+    # looping on calls against a fast etcd still lets other tasks run.
+    await trio.lowlevel.checkpoint()
 
 
 class Connection:
@@ -342,27 +379,7 @@ class Connection:
                 raise MaybeSent(f"the answer is not valid HTTP/1.1 ({e})") from None
 
     async def _send_all(self, data: bytes) -> None:
-        view = memoryview(data)
-        sock = self.sock
-        while view:
-            try:
-                n = sock.send(view)
-            except _WOULD_BLOCK_WRITE:
-                await trio.lowlevel.wait_writable(sock)
-                continue
-            except OSError as e:
-                if not self.sent and self.reused and e.errno in (errno.EPIPE, errno.ECONNRESET):
-                    # A kept-alive connection the server had closed: nothing went out.
-                    raise NotSent(f"the kept-alive connection was closed ({e.strerror})") from None
-                if not self.sent:
-                    raise NotSent(transport_cause(e)) from None
-                raise MaybeSent(transport_cause(e)) from None
-            if n:
-                self.sent = True
-            view = view[n:]
-        # One checkpoint per request even when the kernel took it all at once: a caller
-        # looping on calls against a fast etcd still lets other tasks run.
-        await trio.lowlevel.checkpoint()
+        await send_all(self, data, reused=self.reused)
 
     async def _receive(self) -> bytes:
         sock = self.sock

@@ -46,7 +46,24 @@ from ._etcd_json import (
     malformed,
 )
 
-__all__ = ["WatchStream", "join_fragments"]
+__all__ = ["WatchStream", "join_fragments", "stream_broke", "stream_ended"]
+
+
+def stream_broke(url: str, cause: NotSent | MaybeSent, opening: bool) -> Exception:
+    """What a watch stream raises when its transport failed: the transport's own error while
+    the watch is being opened (the caller's not-sent / maybe-sent rule), else
+    EtcdUnavailable (the replica reopens the watch)."""
+    if opening:
+        return cause
+    return EtcdUnavailable(f"etcd at {url}: the watch stream broke ({cause})", endpoint=url)
+
+
+def stream_ended(url: str, opening: bool) -> Exception:
+    """What a watch stream raises when etcd ended it (before the watch was created: a
+    maybe-sent request)."""
+    if opening:
+        return MaybeSent("the stream ended before etcd created the watch")
+    return EtcdUnavailable(f"etcd at {url} ended the watch stream", endpoint=url)
 
 
 def join_fragments(
@@ -194,15 +211,9 @@ class WatchStream:
                 endpoint=self.url,
             ) from None
         except (NotSent, MaybeSent) as e:
-            if opening:
-                raise
-            raise EtcdUnavailable(
-                f"etcd at {self.url}: the watch stream broke ({e})", endpoint=self.url
-            ) from None
+            raise stream_broke(self.url, e, opening) from None
         if piece is None:
-            if opening:
-                raise MaybeSent("the stream ended before etcd created the watch")
-            raise EtcdUnavailable(f"etcd at {self.url} ended the watch stream", endpoint=self.url)
+            raise stream_ended(self.url, opening)
         return piece
 
     def close(self) -> None:
