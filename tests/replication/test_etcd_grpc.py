@@ -31,9 +31,8 @@ import h2.events
 import pytest
 import trio
 
-from client import Assert, SetVar, open_lock_client
 from lockbench.etcd import ETCD, SKIP_REASON, EtcdCluster, started, wipe
-from lockserver import ServerConfig, serve
+from lockserver import ServerConfig
 from lockserver.replication import _etcd_rpc_pb2 as pb
 from lockserver.replication._etcd import (
     MAX_VALUE,
@@ -51,6 +50,8 @@ from lockserver.replication._etcd import (
     prefix_end,
 )
 from lockserver.replication._etcd_access import etcd_endpoints, etcd_transport
+
+from .test_etcd_security import two_replicas_hand_a_lock_over
 
 #: Seconds any one test may take.
 BOUND = 30
@@ -233,22 +234,9 @@ async def test_a_group_runs_through_either_transport(
         replica_lease_ttl=2,
     )
     with trio.fail_after(BOUND):
-        async with trio.open_nursery() as nursery:
-            r1 = await nursery.start(serve, config)
-            r2 = await nursery.start(serve, config)
-            lock = [Assert(SetVar("L", "x", "v"))]
-            async with (
-                open_lock_client("127.0.0.1", r1.port) as c1,
-                open_lock_client("127.0.0.1", r2.port) as c2,
-            ):
-                a, b = c1.session(session_id="a"), c2.session(session_id="b")
-                assert (await a.execute("ns", lock)).ok
-                assert not (await b.execute("ns", lock)).ok
-                await a.end()
-                assert (await b.execute("ns", lock)).ok
-            for running in (r1, r2):
+        async with two_replicas_hand_a_lock_over(config) as replicas:
+            for running in replicas:
                 assert running.replica.etcd.transport == transport
-            nursery.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize(

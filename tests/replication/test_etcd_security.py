@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import itertools
 import ssl
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -125,26 +126,35 @@ async def test_a_group_runs_through_tls_client_certificates_and_auth(
     )
     assert config.replicate.startswith("etcds")
     with trio.fail_after(BOUND):
-        async with trio.open_nursery() as nursery:
-            r1 = await nursery.start(serve, config)
-            r2 = await nursery.start(serve, config)
-            lock = [Assert(SetVar("L", "x", "v"))]
-            async with (
-                open_lock_client("127.0.0.1", r1.port) as c1,
-                open_lock_client("127.0.0.1", r2.port) as c2,
-            ):
-                a, b = c1.session(session_id="a"), c2.session(session_id="b")
-                assert (await a.execute("ns", lock)).ok
-                assert not (await b.execute("ns", lock)).ok
-                await a.end()
-                assert (await b.execute("ns", lock)).ok
-            for running in (r1, r2):
+        async with two_replicas_hand_a_lock_over(config) as replicas:
+            for running in replicas:
                 etcd = running.replica.etcd
                 assert etcd.tls
                 assert etcd.endpoint.startswith("https://")
                 assert etcd.statistics().tokens >= 1
                 assert etcd.transport == TRANSPORT[0]
-            nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def two_replicas_hand_a_lock_over(config: ServerConfig) -> AsyncIterator[list[Any]]:
+    """Two replicas of ``config``'s group, running; a lock taken through one is refused
+    through the other, then granted there once its holder's session ends (asserted). Yields
+    the two running servers (their replicas), stopped on exit."""
+    async with trio.open_nursery() as nursery:
+        r1 = await nursery.start(serve, config)
+        r2 = await nursery.start(serve, config)
+        lock = [Assert(SetVar("L", "x", "v"))]
+        async with (
+            open_lock_client("127.0.0.1", r1.port) as c1,
+            open_lock_client("127.0.0.1", r2.port) as c2,
+        ):
+            a, b = c1.session(session_id="a"), c2.session(session_id="b")
+            assert (await a.execute("ns", lock)).ok
+            assert not (await b.execute("ns", lock)).ok
+            await a.end()
+            assert (await b.execute("ns", lock)).ok
+        yield [r1, r2]
+        nursery.cancel_scope.cancel()
 
 
 async def test_tls_connections_are_kept_alive(secure: EtcdCluster) -> None:
