@@ -107,6 +107,7 @@ from protocol import (
     Execute,
     ForceRelease,
     ListQuery,
+    ProtocolError,
     SessionSpec,
     Status,
     Subscribe,
@@ -1403,12 +1404,16 @@ async def _describe(
 
 def _snapshot_description(value: bytes, sealer: Sealer | None) -> tuple[int, int] | None:
     """The revision and chunk count a snapshot description names (None when it does not
-    open)."""
+    open, or is not a description: in a group without a secret anyone who can write to etcd
+    can put anything there, and the writer must not stop on it)."""
     body = value if sealer is None else sealer.open(value)
     if body is None:
         return None
-    meta = unpack(body)
-    return int(meta["revision"]), int(meta["chunks"])
+    try:
+        meta = unpack(body)
+        return int(meta["revision"]), int(meta["chunks"])
+    except (ProtocolError, ValueError, TypeError, KeyError):
+        return None
 
 
 async def load_state(

@@ -150,6 +150,27 @@ async def test_chunks_are_at_most_the_chunk_size_and_the_old_ones_go(
         assert loaded.fingerprint() == later.fingerprint()
 
 
+@pytest.mark.parametrize(
+    "forged",
+    [b"\xc1", b"\x92\x01\x02", b"\x81\xa8revision\xa3abc", b"\x80", b"\x07"],
+    ids=["not-msgpack", "a-list", "not-a-number", "no-fields", "an-int"],
+)
+async def test_a_forged_description_does_not_stop_the_writer(
+    etcd1: EtcdCluster, forged: bytes
+) -> None:
+    """In a group without a secret anyone who can write to etcd can put anything at the
+    snapshot's description: the writer stores its snapshot anyway (nothing of the forged
+    one's to delete), and the new snapshot loads."""
+    prefix = group_prefix(f"pace{next(_groups)}")
+    state, _ = _state(200)
+    async with Etcd(etcd1.endpoints) as etcd:
+        await etcd.put(prefix + b"snapshot", forged)
+        size, count = await store_snapshot(etcd, prefix, state, None, chunk=1024, rate=10**9)
+        assert size > 0 and count == -(-size // 1024)
+        loaded, from_snapshot = await load_state(etcd, prefix, GENESIS, 0)
+        assert from_snapshot and loaded.fingerprint() == state.fingerprint()
+
+
 async def test_no_write_goes_before_the_plan_allows_it(
     etcd1: EtcdCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
