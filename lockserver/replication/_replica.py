@@ -1451,12 +1451,18 @@ async def load_state(
         await etcd.put_if_mod_revision(
             prefix + b"snapshot", sealer.seal_all(body), meta_kv.mod_revision
         )
-    meta = unpack(body)
-    revision = int(meta["revision"])
+    try:
+        meta = unpack(body)
+        revision, chunks, digest = int(meta["revision"]), int(meta["chunks"]), meta["sha256"]
+    except (ProtocolError, ValueError, TypeError, KeyError):
+        raise SnapshotError(
+            f"the group's snapshot (put at revision {meta_kv.mod_revision}) is not a snapshot's "
+            "description: written by something else than a replica"
+        ) from None
     base = prefix + b"snapshot/%020d/" % revision
     kvs, _ = await etcd.get_prefix(base)
     data = b"".join(kv.value for kv in kvs)
-    if len(kvs) != int(meta["chunks"]) or hashlib.sha256(data).hexdigest() != meta["sha256"]:
+    if len(kvs) != chunks or hashlib.sha256(data).hexdigest() != digest:
         raise SnapshotError(f"snapshot at revision {revision} is incomplete or corrupt")
     state = GroupState.restore(data)
     if POLICY.freeze_big_tables:

@@ -23,6 +23,7 @@ from lockserver import ServerConfig
 from lockserver._gcstats import POLICY
 from lockserver.replication import _replica
 from lockserver.replication._etcd import Etcd
+from lockserver.replication._group import SnapshotError
 from lockserver.replication._replica import (
     VALUE_LIMIT,
     EncodedSnapshot,
@@ -169,6 +170,22 @@ async def test_a_forged_description_does_not_stop_the_writer(
         assert size > 0 and count == -(-size // 1024)
         loaded, from_snapshot = await load_state(etcd, prefix, GENESIS, 0)
         assert from_snapshot and loaded.fingerprint() == state.fingerprint()
+
+
+@pytest.mark.parametrize(
+    "forged", [b"\xc1", b"\x92\x01\x02", b"\x80"], ids=["raw", "list", "empty"]
+)
+async def test_a_forged_description_is_refused_clearly_when_loading(
+    etcd1: EtcdCluster, forged: bytes
+) -> None:
+    """A joining replica that finds something else than a description at the snapshot's
+    key gets SnapshotError saying so (the command then refuses to join, naming it), not a
+    decoding error from deep inside."""
+    prefix = group_prefix(f"pace{next(_groups)}")
+    async with Etcd(etcd1.endpoints) as etcd:
+        await etcd.put(prefix + b"snapshot", forged)
+        with pytest.raises(SnapshotError, match="is not a snapshot's description"):
+            await load_state(etcd, prefix, GENESIS, 0)
 
 
 async def test_no_write_goes_before_the_plan_allows_it(
