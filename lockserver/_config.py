@@ -111,6 +111,7 @@ def _seconds(*, zero_ok: bool) -> Any:
 
 _BUSY_POLL_DEFAULT: Final = 0.0001
 _BUSY_POLL_MAX: Final = 0.01
+_COMMIT_POLL_DEFAULT: Final = 0.002
 
 
 def _busy_poll_window(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -753,6 +754,15 @@ class ServerConfig:
         default=4_000_000,
         validator=_int_at_least(65_536, 1_000_000_000),
         metadata=_about(NETWORK, "bytes per second a snapshot is written to and deleted from etcd"),
+    )
+    replica_commit_poll: float = attrs.field(
+        default=_COMMIT_POLL_DEFAULT,
+        converter=_to_float,
+        validator=_busy_poll_window,
+        metadata=_about(
+            LATENCY,
+            "seconds a replica polls for its etcd put's answer instead of sleeping; 0: sleep",
+        ),
     )
     group_secret_file: str = attrs.field(
         default="",

@@ -180,6 +180,7 @@ SERVER_CONFIG_FIELDS = [
     "replica_snapshot_every",
     "replica_snapshot_chunk",
     "replica_snapshot_rate",
+    "replica_commit_poll",
     "group_secret_file",
     "skip_revision",
     "trust",

@@ -277,6 +277,7 @@ async def serve(
             snapshot_every=config.replica_snapshot_every,
             snapshot_chunk=config.replica_snapshot_chunk,
             snapshot_rate=config.replica_snapshot_rate,
+            commit_poll=config.replica_commit_poll,
             skip_revisions=skip_revisions(config.skip_revision),
         )
         assert etcd_connection is not None

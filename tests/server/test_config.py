@@ -194,6 +194,7 @@ def _a_valid_other_value(name: str) -> object:
         "trust_norm_alpha": 0.5,
         "trust_norm_floor": 2.0,
         "busy_poll": 0.001,
+        "replica_commit_poll": 0.001,
         "max_text": 2048,
         "max_store_bytes": 2**21,
         "max_receive_total": 2 * 1024 * 1024,  # at least max_frame + 4

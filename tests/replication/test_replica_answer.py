@@ -1,0 +1,161 @@
+"""A replica applies its own entry from its put's answer when nothing lies between (issue 29:
+a lone client's acquire waits for one etcd write, not a write and then a watch delivery):
+etcd's revisions count every write, so a put answered at revision R right after the replica
+applied R - 1 is the log's next entry. Its watch event is then passed over, not applied twice
+(the state's skipped count stays); a write to etcd between the two (another replica's entry,
+any key) makes the replica wait for the watch as before; every replica holds the same state.
+
+On a real etcd (one member), replicas in this process, every test bounded by
+``trio.fail_after``; nothing asserts on elapsed time."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from lockbench.etcd import EtcdCluster
+from lockserver.replication import _etcd, _replica
+
+from .test_replicas import acquire, caught_up, session_on, start
+
+_groups = itertools.count()
+
+
+def _from_answer(handle: object) -> int:
+    return int(handle.replica.statistics()["applied_from_answer"])  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def slow_watches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every watch delivers each batch 20 ms late, and no replica proposes heartbeats: a put's
+    answer (which the watch races in one process) comes first, deterministically."""
+    monkeypatch.setattr(_replica, "HEARTBEAT", 3600.0)
+    watch = _etcd.Etcd.watch
+
+    @asynccontextmanager
+    async def late(self: _etcd.Etcd, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async with watch(self, *args, **kwargs) as batches:
+
+            async def delayed() -> AsyncIterator[Any]:
+                async for events in batches:
+                    await trio.sleep(0.02)
+                    yield events
+
+            yield delayed()
+
+    monkeypatch.setattr(_etcd.Etcd, "watch", late)
+
+
+async def test_a_lone_replica_applies_its_entries_from_the_answers(
+    etcd1: EtcdCluster, slow_watches: None
+) -> None:
+    """30 acquires through A: A applies every entry it puts from the put's answer, passes
+    over their watch events (no entry skipped), and B, applying from its watch, holds the
+    same state."""
+    group = f"answer{next(_groups)}"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            a, b = [await start(nursery, etcd1, group) for _ in range(2)]
+            async with session_on(a.port, "S") as s:
+                assert (await s.execute("ns", acquire("first", "S"))).ok
+                await caught_up(a, b)
+                early, puts, skipped = _from_answer(a), a.replica.puts, a.replica.state.skipped
+                for i in range(30):
+                    assert (await s.execute("ns", acquire(f"v{i}", "S"))).ok
+                await caught_up(a, b)
+                assert a.replica.puts - puts >= 30  # the acquires (and any tick of A's)
+                assert _from_answer(a) - early == a.replica.puts - puts  # every one of them
+                assert a.replica.state.skipped == skipped
+                assert _from_answer(b) == 0
+                assert b.replica.state.entries == a.replica.state.entries
+                assert b.replica.state.fingerprint() == a.replica.state.fingerprint()
+                fenced = await s.execute("ns", acquire("v0", "T"))
+                assert not fenced.ok  # held: the early applies are the state, not a copy
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_write_between_makes_the_replica_wait_for_its_watch(
+    etcd1: EtcdCluster, slow_watches: None
+) -> None:
+    """A key written to etcd outside the group between two of A's entries: the next entry's
+    answer is one revision further than A can know is complete, so A applies it from the
+    watch (no early apply), answers the client all the same, and applies the one after from
+    its answer again."""
+    group = f"answer{next(_groups)}"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            a = await start(nursery, etcd1, group)
+            async with (
+                session_on(a.port, "S") as s,
+                _etcd.Etcd(etcd1.endpoints) as outsider,
+            ):
+                assert (await s.execute("ns", acquire("first", "S"))).ok
+                assert (await s.execute("ns", acquire("second", "S"))).ok
+                early = _from_answer(a)
+                await outsider.put(b"/elsewhere/" + group.encode(), b"x")
+                assert (await s.execute("ns", acquire("third", "S"))).ok
+                assert _from_answer(a) == early
+                assert (await s.execute("ns", acquire("fourth", "S"))).ok
+                assert _from_answer(a) == early + 1
+                assert a.replica.state.revision == await outsider.mod_revision(a.replica.log_key)
+            nursery.cancel_scope.cancel()
+
+
+def _polls(handle: object) -> tuple[int, int]:
+    stats = handle.replica.statistics()  # type: ignore[attr-defined]
+    return int(stats["commit_poll_hits"]), int(stats["commit_poll_misses"])
+
+
+async def test_the_commit_poll_finds_answers_and_stops_after_a_slow_commit(
+    etcd1: EtcdCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``replica_commit_poll`` the replica polls while its puts are in flight, and the
+    answers come while it polls (hits); a commit slower than the window is polled once (a
+    miss), the ones after it are not polled at all, and polling resumes once a commit is
+    quick again."""
+    slow = [0.0]
+    put = _etcd.Etcd.put
+
+    async def maybe_slow(self: _etcd.Etcd, *args: Any, **kwargs: Any) -> int:
+        await trio.sleep(slow[0])
+        return await put(self, *args, **kwargs)
+
+    monkeypatch.setattr(_etcd.Etcd, "put", maybe_slow)
+    group = f"answer{next(_groups)}"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            a = await start(nursery, etcd1, group, replica_commit_poll=0.01)
+            async with session_on(a.port, "S") as s:
+                for i in range(20):
+                    assert (await s.execute("ns", acquire(f"quick{i}", "S"))).ok
+                hits, misses = _polls(a)
+                assert hits >= 1
+                assert a.replica.commit_poll_seconds > 0
+                slow[0] = 0.05  # five times the window
+                for i in range(5):
+                    assert (await s.execute("ns", acquire(f"slow{i}", "S"))).ok
+                assert _polls(a) == (hits, misses + 1)
+                slow[0] = 0.0
+                for i in range(20):
+                    assert (await s.execute("ns", acquire(f"again{i}", "S"))).ok
+                assert _polls(a)[0] > hits
+            nursery.cancel_scope.cancel()
+
+
+async def test_no_commit_poll_when_it_is_off(etcd1: EtcdCluster) -> None:
+    """``replica_commit_poll`` 0: the replica never polls (nothing counted)."""
+    group = f"answer{next(_groups)}"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            a = await start(nursery, etcd1, group, replica_commit_poll=0)
+            async with session_on(a.port, "S") as s:
+                for i in range(10):
+                    assert (await s.execute("ns", acquire(f"v{i}", "S"))).ok
+                assert _polls(a) == (0, 0)
+                assert a.replica.commit_poll_seconds == 0
+            nursery.cancel_scope.cancel()
