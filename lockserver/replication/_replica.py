@@ -694,7 +694,9 @@ class Replica:
                         self._applied_at = trio.current_time()
                         waited_from = trio.current_time()
                         async for events in batches:
-                            came = trio.current_time()
+                            # What the guard checks is the watch, not the entries this
+                            # replica applied from its puts' answers meanwhile.
+                            came = self._applied_at = trio.current_time()
                             self._apply(events)
                             done = trio.current_time()
                             if (
@@ -804,7 +806,6 @@ class Replica:
 
     def _apply(self, events: list[Any]) -> None:
         state = self.state
-        self._applied_at = trio.current_time()
         outs: list[Output[Owner]] = []
         log_key = self.log_key
         replicas = self.replicas_prefix
