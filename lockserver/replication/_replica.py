@@ -615,8 +615,9 @@ class Replica:
     async def _commit_poll_loop(self) -> None:
         """While this replica's put is in flight, keep the event loop polling instead of
         sleeping, for at most ``commit_poll`` seconds (the module's "Proposing"): the answer
-        then finds it awake. Real time (``time.perf_counter``), as the shell's busy poll: a
-        MockClock may stand still while tasks run."""
+        then finds it awake. Between polls every other task, and any other process that
+        wants the CPU, runs first. Real time (``time.perf_counter``), as the shell's busy
+        poll: a MockClock may stand still while tasks run."""
         window = self.settings.commit_poll
         if window <= 0:
             return
@@ -628,6 +629,9 @@ class Replica:
             start = now = clock()
             while self._committing and now - start < window:
                 await checkpoint()  # other tasks and timers run; cancellable
+                # And other processes: etcd itself may be waiting for this CPU (without
+                # this, the poll kept the p50 and raised the p99 by a fifth: 2.4 -> 2.9 ms).
+                os.sched_yield()
                 now = clock()
             self.commit_poll_seconds += min(now - start, window)
             if self._committing:
