@@ -22,9 +22,12 @@ Rules kept (PROTOCOL.md "Inspection"):
   namespace's 300,000 table names cost 13-15 ms a page, issue 30). Waiters resume from the
   cursor's arrival number by bisection (``WaitQueue.since``). An item present for the
   whole paging and not changed is listed exactly once; an item added meanwhile may or may
-  not be listed; when the item a cursor names is itself removed, paging resumes right after
-  the item before it (the cursor names that one too), and only when both are gone at the
-  old position, which may then skip or repeat a few items of that container. Storage order
+  not be listed; when the item a cursor names is itself removed (or removed and added
+  again), paging resumes right after the item before it (the cursor names that one too, at
+  every level: ``_start``), and only when both are gone at the old position, which may then
+  skip or repeat a few items of that container. A container moved from its dict into its
+  sharded form between pages has every key placed anew: a cursor into it may then skip or
+  repeat too. Storage order
   is insertion order within a container and hash order across a sharded one's shards (so
   two server processes may list the same state in different orders; a cursor is only valid
   on the run that made it).
