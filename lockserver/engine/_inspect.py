@@ -22,9 +22,12 @@ Rules kept (PROTOCOL.md "Inspection"):
   namespace's 300,000 table names cost 13-15 ms a page, issue 30). Waiters resume from the
   cursor's arrival number by bisection (``WaitQueue.since``). An item present for the
   whole paging and not changed is listed exactly once; an item added meanwhile may or may
-  not be listed; when the item a cursor names is itself removed, paging resumes right after
-  the item before it (the cursor names that one too), and only when both are gone at the
-  old position, which may then skip or repeat a few items of that container. Storage order
+  not be listed; when the item a cursor names is itself removed (or removed and added
+  again), paging resumes right after the item before it (the cursor names that one too, at
+  every level: ``_start``), and only when both are gone at the old position, which may then
+  skip or repeat a few items of that container. A container moved from its dict into its
+  sharded form between pages has every key placed anew: a cursor into it may then skip or
+  repeat too. Storage order
   is insertion order within a container and hash order across a sharded one's shards (so
   two server processes may list the same state in different orders; a cursor is only valid
   on the run that made it).
@@ -292,20 +295,36 @@ def _bad_cursor(kind: str, why: str) -> EngineError:
 
 def _start(keys: list[Any], key: Any, hint: int, prev: Any = None) -> int:
     """Where to resume in ``keys`` at ``key``, last seen at index ``hint`` right after
-    ``prev`` (None: nothing before it, or not known): at ``key`` when it is still there, else
-    right after ``prev`` when that one is, else at the old index."""
-    if hint < len(keys) and keys[hint] == key:
-        return hint
+    ``prev`` ("": ``key`` was the first; None: not known). The keys of an insertion-ordered
+    container that stayed keep their order and only move towards the front (as keys before
+    them go), and a key added, or removed and added again, goes after all of them: so
+    resuming right after ``prev`` when it is there, at ``key`` when it is there, and at the
+    start when ``key`` was the first is exact (when both are there, the nearer place: the
+    other one was added again); only when neither is there (or both were added again) is it
+    the old index, which may skip or repeat a few keys."""
+    if (
+        hint < len(keys)
+        and keys[hint] == key
+        and (not hint or prev is None or keys[hint - 1] == prev)
+    ):
+        return hint  # nothing before it went (the usual case: O(1))
+    if prev == "":
+        return 0
+    at = len(keys) + 1
     try:
-        return keys.index(key)
+        found = keys.index(key)
+        if found <= hint:  # further on: it went and came back, after what stayed
+            at = found
     except ValueError:
         pass
     if prev is not None:
         try:
-            return keys.index(prev) + 1
+            found = keys.index(prev) + 1
+            if found <= hint:
+                at = min(at, found)
         except ValueError:
             pass
-    return min(hint, len(keys))
+    return at if at <= len(keys) else min(hint, len(keys))
 
 
 def _match(text: str | None, needle: str | None) -> bool:
@@ -315,12 +334,14 @@ def _match(text: str | None, needle: str | None) -> bool:
 # --- holders ---------------------------------------------------------------------------------
 
 # Where a walk is in a container of keys (the namespaces, a namespace's tables, a table's
-# variables): the shard (0 for a plain dict), the index in it, the key there. A sharded
-# container (ShardedDict, BigTable) is resumed in its one shard: O(keys / SHARDS).
-# (ns: shard, index, name; table: shard, index, name; var: shard, index, name; the entry's
-# index and session; the var before (resume after it when the var is gone; "" at a shard's
-# start). An empty name is a shard's start: names are never empty.)
-_HOLDERS_SHAPE: Final = (int, int, str, int, int, str, int, int, str, int, str, str)
+# variables, a variable's entries): the shard (0 for a plain dict), the index in it, the key
+# there, and the key before it in that shard ("" at a shard's start), to resume right after
+# when the key itself is gone. A sharded container (ShardedDict, BigTable) is resumed in its
+# one shard: O(keys / SHARDS).
+# (ns: shard, index, name, name before; table: shard, index, name, name before; var: shard,
+# index, name, name before; entry: index, session, session before. An empty name is a
+# shard's start: names are never empty.)
+_HOLDERS_SHAPE: Final = (int, int, str, str, int, int, str, str, int, int, str, str, int, str, str)
 
 
 def _shards(container: Any) -> list[Any]:
@@ -332,63 +353,76 @@ def _shards(container: Any) -> list[Any]:
 
 
 def _walk_keys(
-    container: Any, shard: int, index: int, key: Any
-) -> Iterator[tuple[int, int, Any, Any]]:
-    """(shard, index, key, the shard's dict) of every key of ``container`` from the position
-    (``shard``, ``index``, ``key``) on (``key`` None: from that shard's start): ``_start``'s
-    rule in that shard, then every later shard from its start. One shard's keys are copied
-    at a time."""
+    container: Any, shard: int, index: int, key: Any, prev: Any = None
+) -> Iterator[tuple[int, int, Any, Any, Any]]:
+    """(shard, index, key, the key before it in its shard (None: it is the first), the
+    shard's dict) of every key of ``container`` from the position
+    (``shard``, ``index``, ``key``, the key ``prev`` before it) on (``key`` None: from that
+    shard's start): ``_start``'s rule in that shard, then every later shard from its start.
+    One shard's keys are copied at a time."""
     shards = _shards(container)
     for sh_i in range(min(shard, len(shards)), len(shards)):
         d = shards[sh_i]
         keys = list(d)
         i_from = 0
         if sh_i == shard and key is not None:
-            i_from = _start(keys, key, index)
+            i_from = _start(keys, key, index, prev)
         for i in range(i_from, len(keys)):
-            yield sh_i, i, keys[i], d
+            yield sh_i, i, keys[i], keys[i - 1] if i else None, d
 
 
 def _walk_holders(
     store: Store, q: ListQuery, at: list[Any] | None
 ) -> Iterator[tuple[tuple[Any, ...], Any, list[str], int, int]]:
     """Every container of variables from position ``at`` on (None: the start): (where: the
-    position's first fields (ns shard, index, ns, table shard, index, table, var shard), the
-    var shard (a dict var -> slot), its vars, the var index to start at, the entry index to
-    start at in that first var); a table a prefix filter passes over comes with no var shard
-    (None: it costs a look). ``at`` steers only the first descent: once the walk leaves a
-    container it names, every later one is walked from its start. (Per container, not per
-    entry: a generator's yield per entry cost ~0.7 us.)"""
+    position's first fields (ns shard, index, ns, ns before, table shard, index, table,
+    table before, var shard), the var shard (a dict var -> slot), its vars, the var index to
+    start at, the entry index to start at in that first var); a table a prefix filter passes
+    over comes with no var shard (None: it costs a look). ``at`` steers only the first
+    descent: once the walk leaves a container it names, every later one is walked from its
+    start. (Per container, not per entry: a generator's yield per entry cost ~0.7 us.)"""
     namespaces: Any = store.namespaces
     if q.namespace is not None:
         tables = namespaces.get(q.namespace)
         namespaces = {} if tables is None else {q.namespace: tables}
     table_prefix = q.table
-    ns_at = (0, 0, None) if at is None else (at[0], at[1], at[2] or None)
-    for ns_sh, ns_i, ns, ns_dict in _walk_keys(namespaces, *ns_at):
+    ns_at = (0, 0, None, None) if at is None else (at[0], at[1], at[2] or None, at[3])
+    for ns_sh, ns_i, ns, ns_prev, ns_dict in _walk_keys(namespaces, *ns_at):
         if at is not None and at[2] != ns:
             at = None
-        t_at = (0, 0, None) if at is None else (at[3], at[4], at[5] or None)
-        for t_sh, t_i, table, t_dict in _walk_keys(ns_dict[ns], *t_at):
-            if at is not None and at[5] != table:
+        t_at = (0, 0, None, None) if at is None else (at[4], at[5], at[6] or None, at[7])
+        for t_sh, t_i, table, t_prev, t_dict in _walk_keys(ns_dict[ns], *t_at):
+            if at is not None and at[6] != table:
                 at = None
+            here = (ns_sh, ns_i, ns, ns_prev or "", t_sh, t_i, table, t_prev or "")
             if table_prefix is not None and not table.startswith(table_prefix):
-                yield (ns_sh, ns_i, ns, t_sh, t_i, table, 0), None, [], 0, 0
+                yield (*here, 0), None, [], 0, 0
                 continue
             t: Table = t_dict[table]
             shards: list[Any] = t.shards if type(t) is BigTable else [t]
-            sh_from = 0 if at is None else min(at[6], len(shards))
+            sh_from = 0 if at is None else min(at[8], len(shards))
             for sh_i in range(sh_from, len(shards)):
                 shard = shards[sh_i]
                 v_keys = list(shard)
                 v_from = e_from = 0
-                if at is not None and at[6] == sh_i:
-                    v_from = _start(v_keys, at[8], at[7], at[11] or None)
-                    if v_from < len(v_keys) and v_keys[v_from] == at[8]:
-                        owners = [e[S_OWNER] for e in as_entries(shard[at[8]])]
-                        e_from = _start(owners, at[10], at[9])
+                if at is not None and at[8] == sh_i:
+                    v_from = _start(v_keys, at[10], at[9], at[11])
+                    if v_from < len(v_keys) and v_keys[v_from] == at[10]:
+                        owners = [e[S_OWNER] for e in as_entries(shard[at[10]])]
+                        e_from = _start(owners, at[13], at[12], at[14])
                 at = None
-                yield (ns_sh, ns_i, ns, t_sh, t_i, table, sh_i), shard, v_keys, v_from, e_from
+                yield (*here, sh_i), shard, v_keys, v_from, e_from
+
+
+def _holders_at(
+    where: tuple[Any, ...], v_keys: list[str], v_i: int, entries: Any, e_i: int
+) -> list[Any]:
+    """The holders position of entry ``e_i`` of ``entries`` (none: the var's start), the
+    slot of var ``v_i`` of ``v_keys``, in the var shard ``where`` names (_HOLDERS_SHAPE)."""
+    sid = entries[e_i][S_OWNER] if e_i < len(entries) else ""
+    sid_before = entries[e_i - 1][S_OWNER] if e_i else ""
+    var_before = v_keys[v_i - 1] if v_i else ""
+    return [*where, v_i, v_keys[v_i], var_before, e_i, sid, sid_before]
 
 
 def list_holders(
@@ -414,10 +448,10 @@ def list_holders(
     for where, shard, v_keys, v_from, first_entry in walk:
         e_from = first_entry
         ns = where[2]
-        table = where[5]
+        table = where[6]
         if shard is None or (visible is not None and not visible.allows(ns)):
             if scanned >= PAGE_SCAN:
-                pos = [*where, 0, "", 0, "", ""]
+                pos = [*where, 0, "", "", 0, "", ""]
                 return HoldersPage(records, _encode_cursor("holders", run, q, pos))
             scanned += 1
             continue
@@ -425,8 +459,7 @@ def list_holders(
             var = v_keys[v_i]
             if var_prefix is not None and not var.startswith(var_prefix):
                 if scanned >= PAGE_SCAN:
-                    prev = v_keys[v_i - 1] if v_i else ""
-                    pos = [*where, v_i, var, 0, "", prev]
+                    pos = _holders_at(where, v_keys, v_i, (), 0)
                     return HoldersPage(records, _encode_cursor("holders", run, q, pos))
                 scanned += 1
                 continue
@@ -437,8 +470,7 @@ def list_holders(
                 e = entries[e_i]
                 sid = e[S_OWNER]
                 if scanned >= PAGE_SCAN:
-                    prev = v_keys[v_i - 1] if v_i else ""
-                    pos = [*where, v_i, var, e_i, sid, prev]
+                    pos = _holders_at(where, v_keys, v_i, entries, e_i)
                     return HoldersPage(records, _encode_cursor("holders", run, q, pos))
                 scanned += 1
                 if only is not None and sid != only:
@@ -454,8 +486,7 @@ def list_holders(
                 cost = _HOLDER_BYTES + names + 2 * len(sid) + len(sdesc)
                 cost += value_size(value) + (0 if desc is None else len(desc))
                 if len(records) == limit or (records and size + cost > PAGE_BYTES):
-                    prev = v_keys[v_i - 1] if v_i else ""
-                    pos = [*where, v_i, var, e_i, sid, prev]
+                    pos = _holders_at(where, v_keys, v_i, entries, e_i)
                     return HoldersPage(records, _encode_cursor("holders", run, q, pos))
                 size += cost
                 records.append(
@@ -501,7 +532,7 @@ def _session_holders(
     records: list[HolderInfo] = []
     size = scanned = 0
     g_at = (0, 0, None) if at is None else (at[0], at[1], (at[2], at[3]) if at[2] else None)
-    for g_sh, g_i, key, groups in _walk_keys(s.keys, *g_at):
+    for g_sh, g_i, key, _, groups in _walk_keys(s.keys, *g_at):
         ns, table = key
         v_at = (0, 0, None)
         if at is not None and (at[2], at[3]) == key:
@@ -518,7 +549,7 @@ def _session_holders(
             scanned += 1
             continue
         tables = namespaces.get(ns)
-        for v_sh, v_i, var, _ in _walk_keys(groups[key], *v_at):
+        for v_sh, v_i, var, _, _ in _walk_keys(groups[key], *v_at):
             pos = [g_sh, g_i, ns, table, v_sh, v_i, var]
             if scanned >= PAGE_SCAN:
                 return HoldersPage(records, _encode_cursor("holders", run, q, pos))
@@ -573,7 +604,7 @@ def _session_scan(
     if placed and seen:
         return True, looked, []
     var_prefix = q.var
-    for g_sh, g_i, key, groups in _walk_keys(s.keys, *g_at):
+    for g_sh, g_i, key, _, groups in _walk_keys(s.keys, *g_at):
         ns, table = key
         v_at: tuple[int, int, Any] = (0, 0, None)
         if inside is not None and (inside[2], inside[3]) == key:
@@ -592,7 +623,7 @@ def _session_scan(
             if var_prefix is None:
                 placed = True
             else:
-                for v_sh, v_i, var, _ in _walk_keys(groups[key], *v_at):
+                for v_sh, v_i, var, _, _ in _walk_keys(groups[key], *v_at):
                     if looked >= budget:
                         return None, looked, [g_sh, g_i, ns, table, v_sh, v_i, var, 0, int(seen)]
                     looked += 1
@@ -612,7 +643,7 @@ def _walk_sessions(
     for sh_i in range(sh_from, len(shards)):
         shard = shards[sh_i]
         keys = list(shard)
-        i_from = 0 if at is None or at[0] != sh_i else _start(keys, at[2], at[1], at[3] or None)
+        i_from = 0 if at is None or at[0] != sh_i else _start(keys, at[2], at[1], at[3])
         at = None
         for i in range(i_from, len(keys)):
             yield [sh_i, i, keys[i], keys[i - 1] if i else ""], shard[keys[i]]

@@ -236,12 +236,11 @@ def test_bad_cursors_are_refused_precisely() -> None:
     assert "not a cursor of this server" in refusal("holders", cursor="W10=")  # "[]"
     assert "a 'holders' listing, not 'waiters'" in refusal("waiters", limit=1, cursor=good)
     assert "other filters" in refusal("holders", limit=1, namespace=NS, cursor=good)
-    position = [0, 0, NS, 0, 0, "L", 0, 1, "v0001", 0, "s", "v0000"]
+    position = [0, 0, NS, "", 0, 0, "L", "", 0, 1, "v0001", "v0000", 0, "s", ""]
     other_run = _encode_cursor("holders", EPOCH + 1, ListQuery(limit=1), position)
     assert "another run of the server" in refusal("holders", limit=1, cursor=other_run)
-    shape = _encode_cursor(
-        "holders", EPOCH, ListQuery(limit=1), [0, 0, NS, 0, -1, "L", 0, 1, "v", 0, "s", ""]
-    )
+    negative = [0, 0, NS, "", 0, -1, "L", "", 0, 1, "v", "", 0, "s", ""]
+    shape = _encode_cursor("holders", EPOCH, ListQuery(limit=1), negative)
     assert "not a cursor of this server" in refusal("holders", limit=1, cursor=shape)
 
 

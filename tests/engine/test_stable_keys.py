@@ -181,10 +181,12 @@ def test_a_big_group_resumes_a_listing_at_its_key_or_its_old_place(
     present: list[int], var: int, hint: int
 ) -> None:
     """The listings walk a StableKeys group shard by shard (``_walk_keys``): from a
-    cursor's (shard, index, var) they yield, when the var is still there, exactly the rest
-    of the group in its order; when it is gone, the rest of its shard from the old index
-    and every later shard. Each key comes with its place (shard, index in it); a dict group
-    is one shard, resumed by ``_start``'s rule."""
+    cursor's (shard, index, var) they yield, when the var is still there at that index or
+    before it (a key that stays only moves towards the front), exactly the rest of the group
+    in its order; when it is gone (or further on: it went and came back), the rest of its
+    shard from the old index and every later shard. Each key comes with its place (shard,
+    index in it) and the key before it in its shard (None: the first); a dict group is one
+    shard, resumed by ``_start``'s rule."""
     from lockserver.engine._inspect import _start, _walk_keys
 
     group = StableKeys(f"v{i}" for i in present)
@@ -192,15 +194,16 @@ def test_a_big_group_resumes_a_listing_at_its_key_or_its_old_place(
     key = f"v{var}"
     home = stable_hash(key) & group.mask
     walked = list(_walk_keys(group, home, hint, key))
-    for shard, index, k, d in walked:
+    for shard, index, k, before, d in walked:
         assert d is group.shards[shard] and list(d)[index] == k
-    keys = [k for _, _, k, _ in walked]
-    if key in group:
+        assert before == (list(d)[index - 1] if index else None)
+    keys = [k for _, _, k, _, _ in walked]
+    in_shard = list(group.shards[home])
+    if key in in_shard and in_shard.index(key) <= hint:
         assert keys == as_list[as_list.index(key) :]
     else:
-        in_shard = list(group.shards[home])
         later = [k for d in group.shards[home + 1 :] for k in d]
         assert keys == in_shard[min(hint, len(in_shard)) :] + later
     small = dict.fromkeys(as_list)
-    walked_small = [k for _, _, k, _ in _walk_keys(small, 0, hint, key)]
+    walked_small = [k for _, _, k, _, _ in _walk_keys(small, 0, hint, key)]
     assert walked_small == as_list[_start(as_list, key, hint) :]
