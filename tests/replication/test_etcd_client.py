@@ -600,11 +600,15 @@ async def test_a_stopped_member_times_out_reads_fail_over_writes_say_maybe(
             etcd3.cont(follower)
             await etcd3.wait_healthy_async([follower])
 
-        async with Etcd(endpoints, timeout=1.0) as etcd:
-            await etcd.get(b"s/1")  # a kept-alive connection to the follower
+        # A generous bound for the read that leaves a kept-alive connection to the follower
+        # (at 1 s a loaded machine made it fail over first: the put then went to a live
+        # member); the put's own attempt is bounded at 1 s.
+        async with Etcd(endpoints, timeout=5.0) as etcd:
+            await etcd.get(b"s/1")
+            assert etcd.endpoint == f"http://{endpoints[0]}"  # the follower
             etcd3.stop(follower)
             with pytest.raises(EtcdUnavailable, match="may or may not") as caught:
-                await etcd.put(b"s/2", b"v")
+                await etcd.put(b"s/2", b"v", timeout=1.0)
             assert caught.value.maybe_applied
             assert etcd.endpoint == f"http://{endpoints[1]}"
             assert await etcd.put(b"s/3", b"v") > 0
