@@ -204,7 +204,7 @@ class ReplicationSettings:
     snapshot_rate: int = 4_000_000
     compact: bool = True
     #: Longest the replica polls its sockets for a put's answer instead of sleeping (0: never).
-    commit_poll: float = 0.0
+    commit_poll: float = 0.002
     #: Log revisions whose entries are skipped, as the operator told every replica.
     skip_revisions: frozenset[int] = frozenset()
 

@@ -174,6 +174,14 @@ async def test_the_commit_poll_finds_answers_and_stops_after_a_slow_commit(
             nursery.cancel_scope.cancel()
 
 
+def test_the_commit_poll_defaults_alike() -> None:
+    """The command's default (``replica_commit_poll``) and the replica's are one value."""
+    from lockserver._config import ServerConfig
+
+    settings = _replica.ReplicationSettings(endpoints=("127.0.0.1:1",), group="g")
+    assert ServerConfig().replica_commit_poll == settings.commit_poll == 0.002
+
+
 async def test_no_commit_poll_when_it_is_off(etcd1: EtcdCluster) -> None:
     """``replica_commit_poll`` 0: the replica never polls (nothing counted)."""
     group = f"answer{next(_groups)}"
