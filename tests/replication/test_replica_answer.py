@@ -174,6 +174,22 @@ async def test_the_commit_poll_finds_answers_and_stops_after_a_slow_commit(
             nursery.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize(
+    ("good", "bad", "message"),
+    [(0.0, -0.001, "must be >= 0 seconds, got -0.001"), (0.01, 0.0101, "must be <= 0.01")],
+)
+def test_the_commit_poll_at_and_past_its_bounds(good: float, bad: float, message: str) -> None:
+    """0 (never poll) and 0.01 are accepted; past either is refused, naming the setting, from
+    the config and from the command line alike."""
+    from lockserver._config import ConfigError, ServerConfig, load_config
+
+    assert ServerConfig(replica_commit_poll=good).replica_commit_poll == good
+    with pytest.raises(ValueError, match=f"replica_commit_poll {message}"):
+        ServerConfig(replica_commit_poll=bad)
+    with pytest.raises(ConfigError, match=f"{message}.*--replica-commit-poll"):
+        load_config(["--replica-commit-poll", str(bad)], {})
+
+
 def test_the_commit_poll_defaults_alike() -> None:
     """The command's default (``replica_commit_poll``) and the replica's are one value."""
     from lockserver._config import ServerConfig
