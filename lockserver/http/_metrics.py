@@ -431,6 +431,12 @@ def _replication_metrics(repl: dict[str, Any]) -> Iterator[Metric]:
         "Jumps of the group's time by the witness (the whole group was down).",
         value=repl["time_jumps"],
     )
+    yield CounterMetricFamily(
+        "lockserver_replication_commit_poll_seconds",
+        "Time this replica polled for its puts' answers instead of sleeping "
+        "(replica_commit_poll): the CPU the poll costs.",
+        value=repl["commit_poll_seconds"],
+    )
     yield GaugeMetricFamily(
         "lockserver_replication_clock_ahead_seconds",
         "This replica's estimate of the group's time minus the group's time last applied.",

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import trio
+from httpd._client import get
 
 from lockbench.etcd import EtcdCluster
 from lockserver.replication import _etcd, _replica
@@ -188,6 +189,30 @@ def test_the_commit_poll_at_and_past_its_bounds(good: float, bad: float, message
         ServerConfig(replica_commit_poll=bad)
     with pytest.raises(ConfigError, match=f"{message}.*--replica-commit-poll"):
         load_config(["--replica-commit-poll", str(bad)], {})
+
+
+async def test_the_commit_poll_shows_in_metrics(etcd1: EtcdCluster) -> None:
+    """What the poll spent is on the replica's ``/metrics`` (its port answers HTTP), as the
+    statistics say it, next to the revision applied."""
+    group = f"answer{next(_groups)}"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            a = await start(nursery, etcd1, group, replica_commit_poll=0.01)
+            async with session_on(a.port, "S") as s:
+                for i in range(200):
+                    assert (await s.execute("ns", acquire(f"v{i}", "S"))).ok
+                    if _polls(a)[0] >= 1:
+                        break
+            stats = a.replica.statistics()
+            text = (await get(a.port, "/metrics")).body.decode()
+            metrics = dict(
+                line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#")
+            )
+            polled = float(metrics["lockserver_replication_commit_poll_seconds_total"])
+            assert polled == pytest.approx(stats["commit_poll_seconds"], abs=1e-6)
+            assert polled > 0
+            assert float(metrics["lockserver_replication_revision"]) == stats["revision"]
+            nursery.cancel_scope.cancel()
 
 
 def test_the_commit_poll_defaults_alike() -> None:
