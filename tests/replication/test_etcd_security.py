@@ -25,7 +25,7 @@ import ssl
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 import trio
@@ -36,26 +36,13 @@ from lockserver import ServerConfig, serve
 from lockserver.replication import _etcd
 from lockserver.replication._etcd import EtcdAuthError, EtcdError, EtcdUnavailable
 
+# Each test once per transport (the autouse fixture), and a client over the one running.
+from .test_etcd_client import TRANSPORT, Etcd, transport  # noqa: F401
+
 #: Seconds any one test may take.
 BOUND = 30
 
 _groups = itertools.count()
-
-#: The transport of the test running (set by the ``transport`` fixture).
-TRANSPORT: list[Literal["grpc", "gateway"]] = ["grpc"]
-
-
-@pytest.fixture(autouse=True, params=["grpc", "gateway"])
-def transport(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Each test runs once per transport: gRPC (the default) and the JSON gateway."""
-    TRANSPORT[0] = request.param
-    yield request.param
-    TRANSPORT[0] = "grpc"
-
-
-def Etcd(endpoints: Any, **options: Any) -> _etcd.Etcd:
-    """An etcd client over the transport of the test running."""
-    return _etcd.Etcd(endpoints, transport=TRANSPORT[0], **options)
 
 
 def replicate(cluster: EtcdCluster) -> str:

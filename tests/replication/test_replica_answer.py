@@ -11,7 +11,7 @@ On a real etcd (one member), replicas in this process, every test bounded by
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -133,6 +133,15 @@ def _polls(handle: object) -> tuple[int, int]:
     return int(stats["commit_poll_hits"]), int(stats["commit_poll_misses"])
 
 
+async def _acquire_until(session: Any, prefix: str, done: Callable[[], bool]) -> None:
+    """Acquires (``prefix`` 0, 1, ...) until ``done()``, at most 200: a loaded machine may
+    make a commit slower than the window now and then."""
+    for i in range(200):
+        assert (await session.execute("ns", acquire(f"{prefix}{i}", "S"))).ok
+        if done():
+            return
+
+
 async def test_the_commit_poll_finds_answers_and_stops_after_a_slow_commit(
     etcd1: EtcdCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -153,12 +162,9 @@ async def test_the_commit_poll_finds_answers_and_stops_after_a_slow_commit(
         async with trio.open_nursery() as nursery:
             a = await start(nursery, etcd1, group, replica_commit_poll=0.01)
             async with session_on(a.port, "S") as s:
-                # A loaded machine may make a commit slower than the window now and then:
-                # each phase goes on until what it waits for happened (bounded).
-                for i in range(200):
-                    assert (await s.execute("ns", acquire(f"quick{i}", "S"))).ok
-                    if _polls(a)[0] >= 1 and a.replica._last_commit <= 0.01:
-                        break
+                await _acquire_until(
+                    s, "quick", lambda: _polls(a)[0] >= 1 and a.replica._last_commit <= 0.01
+                )
                 hits, misses = _polls(a)
                 assert hits >= 1
                 assert a.replica.commit_poll_seconds > 0
@@ -167,10 +173,7 @@ async def test_the_commit_poll_finds_answers_and_stops_after_a_slow_commit(
                     assert (await s.execute("ns", acquire(f"slow{i}", "S"))).ok
                 assert _polls(a) == (hits, misses + 1)  # the first polled, the others not
                 slow[0] = 0.0
-                for i in range(200):
-                    assert (await s.execute("ns", acquire(f"again{i}", "S"))).ok
-                    if _polls(a)[0] > hits:
-                        break
+                await _acquire_until(s, "again", lambda: _polls(a)[0] > hits)
                 assert _polls(a)[0] > hits
             nursery.cancel_scope.cancel()
 
@@ -199,10 +202,7 @@ async def test_the_commit_poll_shows_in_metrics(etcd1: EtcdCluster) -> None:
         async with trio.open_nursery() as nursery:
             a = await start(nursery, etcd1, group, replica_commit_poll=0.01)
             async with session_on(a.port, "S") as s:
-                for i in range(200):
-                    assert (await s.execute("ns", acquire(f"v{i}", "S"))).ok
-                    if _polls(a)[0] >= 1:
-                        break
+                await _acquire_until(s, "v", lambda: _polls(a)[0] >= 1)
             stats = a.replica.statistics()
             text = (await get(a.port, "/metrics")).body.decode()
             metrics = dict(
