@@ -110,15 +110,16 @@ def _seconds(*, zero_ok: bool) -> Any:
 
 
 _BUSY_POLL_DEFAULT: Final = 0.0001
-_BUSY_POLL_MAX: Final = 0.01
+_POLL_MAX: Final = 0.01
 _COMMIT_POLL_DEFAULT: Final = 0.002
 
 
-def _busy_poll_window(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+def _poll_window(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """A spin window (busy_poll, replica_commit_poll): 0 (never spin) up to _POLL_MAX."""
     _seconds(zero_ok=True)(inst, attribute, value)
-    if value > _BUSY_POLL_MAX:
+    if value > _POLL_MAX:
         # A longer spin would burn a core through any pause in the traffic: never useful.
-        raise ValueError(f"{attribute.name} must be <= {_BUSY_POLL_MAX} seconds, got {value!r}")
+        raise ValueError(f"{attribute.name} must be <= {_POLL_MAX} seconds, got {value!r}")
 
 
 def _receive_total(inst: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -609,7 +610,7 @@ class ServerConfig:
     busy_poll: float = attrs.field(
         default=_BUSY_POLL_DEFAULT,
         converter=_to_float,
-        validator=_busy_poll_window,
+        validator=_poll_window,
         metadata=_about(
             LATENCY, "seconds the poller keeps polling after a batch in dense traffic; 0: sleep"
         ),
@@ -758,7 +759,7 @@ class ServerConfig:
     replica_commit_poll: float = attrs.field(
         default=_COMMIT_POLL_DEFAULT,
         converter=_to_float,
-        validator=_busy_poll_window,
+        validator=_poll_window,
         metadata=_about(
             LATENCY,
             "seconds a replica polls for its etcd put's answer instead of sleeping; 0: sleep",
