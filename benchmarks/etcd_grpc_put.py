@@ -8,7 +8,8 @@ transport for it: sequential puts of a 200-byte value to one key against one etc
 (fsync on, unpinned), the ways interleaved round by round:
 
 - ``gateway http.client``: ``POST /v3/kv/put`` through the standard library (the issue's);
-- ``gateway h11``: :meth:`lockserver.replication._etcd.Etcd.put` (the replica's client today);
+- ``gateway h11``: :meth:`lockserver.replication._etcd.Etcd.put` over the gateway;
+- ``client grpc``: the same over gRPC (the replica's client since issue 29);
 - ``grpc h2 sync``: ``/etcdserverpb.KV/Put`` over one HTTP/2 connection on a blocking socket
   (``h2`` frames it, ``protobuf`` encodes; the least a Python gRPC client adds);
 - ``grpc h2 trio``: the same on trio, a reader task dispatching frames to waiting calls (the
@@ -37,7 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import h2.config
 import h2.connection
@@ -113,10 +114,13 @@ def gateway_http_client(port: int, calls: int) -> list[float]:
         connection.close()
 
 
-async def gateway_h11(port: int, calls: int) -> list[float]:
+async def client_put(
+    port: int, calls: int, transport: Literal["gateway", "grpc"] = "gateway"
+) -> list[float]:
+    """:meth:`lockserver.replication._etcd.Etcd.put` over ``transport``."""
     from lockserver.replication._etcd import Etcd
 
-    async with Etcd([f"127.0.0.1:{port}"], transport="gateway") as etcd:
+    async with Etcd([f"127.0.0.1:{port}"], transport=transport) as etcd:
         for _ in range(min(200, calls)):
             await etcd.put(b"/bench/h11", VALUE)
         samples = []
@@ -336,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     ways: dict[str, Callable[[int, int], list[float]]] = {
         "gateway http.client": gateway_http_client,
-        "gateway h11": lambda port, n: trio.run(gateway_h11, port, n),
+        "gateway h11": lambda port, n: trio.run(client_put, port, n),
+        "client grpc": lambda port, n: trio.run(client_put, port, n, "grpc"),
         "grpc h2 sync": grpc_sync,
         "grpc h2 trio": lambda port, n: trio.run(grpc_trio, port, n),
         "put+watch gateway h11": lambda port, n: trio.run(gateway_watch, port, n),

@@ -12,7 +12,9 @@ start), connections kept, a group of replicas running through ``etcd://`` and on
 Against a hostile server (h2's own server side on loopback, speaking gRPC badly on purpose):
 a message larger than the bound, a stream reset, garbage instead of HTTP/2, a message that is
 not protobuf, a grpc-status of etcd's: each a clear, bounded EtcdError (a write that may have
-gone out says so), and the next call opens a new connection.
+gone out says so), and the next call opens a new connection. And etcd's PINGs (it sends one
+as each request arrives): acknowledged with the next request during a unary call, at once
+when a server floods them or during a watch.
 """
 
 from __future__ import annotations
@@ -575,3 +577,87 @@ async def test_a_watch_message_that_stalls_is_cut() -> None:
         ):
             with pytest.raises(EtcdUnavailable, match="did not arrive whole"):
                 await batches.__anext__()
+
+
+# --- PING ACKs ----------------------------------------------------------------------------------
+
+
+def pinging(pings: int, acks: int, chunks: list[list[str]]) -> Handler:
+    """An HTTP/2 server that, as etcd (grpc-go) does, answers each request's arrival with
+    ``pings`` PINGs in a write of their own, and answers the call (a put's revision 7, or a
+    watch's "created") once ``acks`` PING ACKs have come since. Records the event names of
+    every chunk it receives in ``chunks``."""
+
+    async def handler(stream: trio.SocketStream) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        await stream.send_all(conn.data_to_send())
+        waiting: list[tuple[int, bytes]] = []  # (stream, path) of the calls not answered
+        acked = 0
+        while data := await stream.receive_some(65536):
+            events = conn.receive_data(data)
+            chunks.append([type(e).__name__ for e in events])
+            for event in events:
+                if isinstance(event, h2.events.RequestReceived):
+                    waiting.append((event.stream_id, dict(event.headers)[b":path"]))
+                    acked = 0
+                    for i in range(pings):
+                        conn.ping(struct.pack(">Q", i))
+                    await stream.send_all(conn.data_to_send())
+                elif isinstance(event, h2.events.PingAckReceived):
+                    acked += 1
+            if acked >= acks:
+                for call, path in waiting:
+                    if path.endswith(b"/Watch"):
+                        grpc_headers(conn, call)
+                        created = pb.WatchResponse(created=True).SerializeToString()
+                        conn.send_data(call, frame(created))
+                    else:
+                        answering(frame(put_answer(7)))(conn, call)
+                waiting.clear()
+            await stream.send_all(conn.data_to_send())
+        await trio.sleep_forever()
+
+    return handler
+
+
+async def test_a_ping_during_a_put_is_acknowledged_with_the_next_request() -> None:
+    """etcd PINGs each request as it arrives: the client acknowledges such a PING in the
+    same write as its next request (one write, and one wake-up of etcd, fewer per put),
+    never in a write of its own; every PING but the last put's is acknowledged."""
+    chunks: list[list[str]] = []
+    with trio.fail_after(BOUND):
+        async with fake_etcd(pinging(1, 0, chunks)) as (address, _), quick(address) as etcd:
+            for _ in range(4):
+                assert await etcd.put(b"/k", b"v") == 7
+    requests = [c for c in chunks if "RequestReceived" in c]
+    assert len(requests) == 4
+    # The first PING's ACK may go with the ACK of the server's SETTINGS (sent at once); from
+    # the third request on, each carries the PING of the put before.
+    assert [c.count("PingAckReceived") for c in requests[2:]] == [1, 1], chunks
+    assert sum(c.count("PingAckReceived") for c in chunks) == 3, chunks
+    assert ["PingAckReceived"] not in chunks, chunks
+
+
+async def test_a_flood_of_pings_during_a_put_is_acknowledged_during_it() -> None:
+    """A server that PINGs 100 times during one call gets the ACKs past the few the client
+    holds (1 KiB of them) during the call: the put is answered, and nothing grows."""
+    chunks: list[list[str]] = []
+    with trio.fail_after(BOUND):
+        async with fake_etcd(pinging(100, 40, chunks)) as (address, _), quick(address) as etcd:
+            assert await etcd.put(b"/k", b"v") == 7
+    assert sum(c.count("PingAckReceived") for c in chunks) >= 40
+
+
+async def test_a_ping_during_a_watch_is_acknowledged_at_once() -> None:
+    """A streaming call (a watch) holds nothing back: a PING before its "created" is
+    acknowledged at once (this server sends "created" only then)."""
+    chunks: list[list[str]] = []
+    with trio.fail_after(BOUND):
+        async with (
+            fake_etcd(pinging(1, 1, chunks)) as (address, _),
+            quick(address) as etcd,
+            etcd.watch(b"/w/", start_revision=1),
+        ):
+            pass
+    assert sum(c.count("PingAckReceived") for c in chunks) == 1, chunks
