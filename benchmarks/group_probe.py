@@ -10,8 +10,8 @@ Two parts, one script:
   (``STEPS``): ``frame`` (the request handler gets the bytes) -> ``propose`` (the op is
   queued) -> ``fit`` (the proposer task runs) -> ``encode`` / ``encoded`` (the entry built)
   -> ``sealed`` -> ``put_call`` (the etcd client is asked) -> ``pool`` -> ``reusable`` (a
-  kept-alive connection checked) -> ``h2_start`` / ``h2_done`` (HEADERS and DATA built) ->
-  ``flush_call`` / ``put_written`` (their send returned) -> ``watch_msg`` (a watch message
+  kept-alive connection checked) -> ``h2_start`` / ``h2_done`` (HEADERS and DATA built and
+  written) -> ``answer_msg`` (the put's answer read whole) -> ``watch_msg`` (a watch message
   parsed) -> ``watch`` (its batch reached ``_apply``) -> ``applied`` (the entry went through
   the state machine) -> ``deliver`` / ``reply`` (the answers written), and ``put_answer``
   (the put's answer is back). A cycle is the first occurrence of each step after a
@@ -54,8 +54,7 @@ STEPS = (
     "reusable",
     "h2_start",
     "h2_done",
-    "flush_call",
-    "put_written",
+    "answer_msg",
     "watch_msg",
     "watch",
     "applied",
@@ -118,7 +117,7 @@ def _install(marks: list[tuple[str, float]]) -> None:
     around(_groupauth.Sealer, "seal", None, "sealed")
     around(_etcd.Etcd, "put", "put_call", "put_answer")
     around(_etcd_grpc.GrpcConnection, "_start", "h2_start", "h2_done")
-    around(_etcd_grpc.GrpcConnection, "_flush", "flush", "flushed")
+    around(_etcd, "answer_json", "answer_msg", None)
     around(_replica.Replica, "_apply", "watch", None)
     around(_group.GroupState, "apply_entry", None, "applied")
     around(_server.Server, "_deliver_applied", "deliver", "reply")
@@ -143,14 +142,6 @@ def _cycles(marks: list[tuple[str, float]]) -> dict[str, list[float]]:
         if cycle is None:
             continue
         if step not in _BEFORE_PUT and "put_call" not in cycle:
-            continue
-        if step == "flush":  # the put's frame is written by the first flush after h2_done
-            if "h2_done" in cycle and "flush_call" not in cycle:
-                cycle["flush_call"] = t
-            continue
-        if step == "flushed":
-            if "flush_call" in cycle and "put_written" not in cycle:
-                cycle["put_written"] = t
             continue
         if step not in cycle:
             cycle[step] = t
