@@ -29,13 +29,13 @@ Rules kept:
 - **A PING's ACK waits for the next request during a unary call.** etcd (grpc-go) answers
   every request's DATA with a WINDOW_UPDATE and a PING (its bandwidth estimate). Sent at
   once, the ACK is one more write for us and one more wake-up for etcd in every put, while
-  etcd commits. Measured against one member (issue 29): a put's p50 -10 % (-3 % when the
-  caller polls its sockets meanwhile, as a replica does) and 40 µs less of our CPU. So
-  during a unary call the ACKs are held (at most :data:`_HELD_MAX` bytes of them, then
-  they go out) and leave with the connection's next request, in the same write. A PING
-  that needs a prompt answer (a keepalive) comes only after minutes of silence on a
-  connection, never during a call; a streaming call (a watch, a keepalive) and anything
-  else h2 queues (SETTINGS acks, WINDOW_UPDATEs) is sent at once.
+  etcd commits. Measured against one member (``benchmarks/grpc_costs.py``): a put's p50
+  -5 % (-6 % when the caller polls its sockets meanwhile, as a replica does), and 26-37 µs
+  less of our CPU. So during a unary call the ACKs are held (at most :data:`_HELD_MAX`
+  bytes of them, then they go out) and leave with the connection's next request, in the
+  same write. A PING that needs a prompt answer (a keepalive) comes only after minutes of
+  silence on a connection, never during a call; a streaming call (a watch, a keepalive)
+  and anything else h2 queues (SETTINGS acks, WINDOW_UPDATEs) is sent at once.
 - **One call per connection at a time**, as the HTTP/1.1 pool: a connection is reused only
   when its last call ended whole and no GOAWAY came; the pool opens more under concurrency.
   A watch has a connection of its own.
