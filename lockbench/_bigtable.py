@@ -357,8 +357,8 @@ def _loop(
             payload = bytes(buf[4:end])
             buf.clear()
             record(t - c.sent_ns)
-            if arrivals is not None and arrived:
-                arrivals.record(arrived - c.sent_ns, t - arrived, measuring)
+            if arrivals is not None:
+                arrivals.record(arrived, c.sent_ns, t, measuring)
             ok = _check(payload, c, rec)
             acquired_total += ok
             if measuring:
@@ -390,6 +390,7 @@ def _loop(
             report,
             arrival_histogram=arrivals.hist.encode(),
             read_delay_max_ns=arrivals.read_delay_max_ns,
+            arrival_unstamped=arrivals.unstamped,
         )
     return report
 
@@ -411,7 +412,7 @@ class Arrivals:
     monotonic clock): the offset between the two is taken again every 0.1 s (``resync``), so
     a clock slew moves it by microseconds, not milliseconds."""
 
-    __slots__ = ("_anc", "_offset_ns", "hist", "read_delay_max_ns")
+    __slots__ = ("_anc", "_offset_ns", "hist", "read_delay_max_ns", "unstamped")
 
     def __init__(self, conns: list[_Conn]) -> None:
         for c in conns:
@@ -420,6 +421,7 @@ class Arrivals:
         self._offset_ns = 0
         self.hist = LatencyHistogram()
         self.read_delay_max_ns = 0
+        self.unstamped = 0  # replies measured that came without a stamp
         self.resync()
 
     @staticmethod
@@ -438,11 +440,16 @@ class Arrivals:
                 return data, sec * 1_000_000_000 + nsec - self._offset_ns
         return data, 0
 
-    def record(self, latency_ns: int, read_delay_ns: int, measuring: bool) -> None:
-        """One reply: sent (or scheduled) to arrival, and arrival to read."""
-        if measuring:
-            self.hist.record_ns(max(0, latency_ns))
-            self.read_delay_max_ns = max(self.read_delay_max_ns, read_delay_ns)
+    def record(self, arrived_ns: int, sent_ns: int, read_ns: int, measuring: bool) -> None:
+        """One reply, sent (or scheduled) at ``sent_ns``, arrived at ``arrived_ns`` (0: it
+        came without a stamp, counted in ``unstamped``), read at ``read_ns``."""
+        if not measuring:
+            return
+        if not arrived_ns:
+            self.unstamped += 1
+            return
+        self.hist.record_ns(max(0, arrived_ns - sent_ns))
+        self.read_delay_max_ns = max(self.read_delay_max_ns, read_ns - arrived_ns)
 
 
 def _check(payload: bytes, c: _Conn, rec: Recorder) -> int:

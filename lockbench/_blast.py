@@ -578,6 +578,7 @@ def _phase_result(
             arrival = LatencyHistogram.decode(report.arrival_histogram)
             extra["arrival_latency_us"] = arrival.summary()
             extra["client_read_delay_max_us"] = round(report.read_delay_max_ns / 1000, 1)
+            extra["arrival_unstamped"] = report.arrival_unstamped
     if servers.count > 1:
         extra["servers"] = _per_server(servers, phase, ex, elapsed)
     if phase.rate is not None:

@@ -101,9 +101,12 @@ class WorkerReport:
     unanswered: int = 0
     # The bigtable blaster, where the kernel timestamps received data (Linux): latency to
     # the reply's arrival in this machine's kernel (LatencyHistogram.encode(); "" without
-    # timestamps), and the longest a reply lay there before the blaster read it.
+    # timestamps), the longest a reply lay there before the blaster read it, and the
+    # replies that came without a stamp (the kernel turns stamping on for the whole host
+    # with a delay, and off when no socket asks: under load a few go unstamped).
     arrival_histogram: str = ""
     read_delay_max_ns: int = 0
+    arrival_unstamped: int = 0
 
 
 class Recorder:

@@ -23,6 +23,7 @@ from lockbench._bigtable import (
     BIG_TABLE,
     PER_SESSION_LIMIT,
     AcquireFrames,
+    Arrivals,
     check_limits,
     server_args,
 )
@@ -152,12 +153,30 @@ def test_bigtable_smoke(lockserver: ServerProcess) -> None:
     assert passes["passes"] >= over["2.5"] >= over["5"] >= over["10"] >= 0
     assert "phase" in x and "250 per execute" in x["phase"]
     if sys.platform == "linux":
-        # Every reply's arrival in the kernel was stamped: it came before the blaster read
-        # it, so no arrival latency exceeds the latency (HDR buckets: within 1%).
+        # Every reply's arrival in the kernel was stamped, or counted unstamped (the kernel
+        # stamps for the whole host, turned on with a delay and off when no socket asks: a
+        # parallel run left 1,359 of 14,221 unstamped): a stamped reply came before the
+        # blaster read it, so no arrival latency exceeds the latency (HDR buckets: 1%).
         arrival = x["arrival_latency_us"]
-        assert arrival["count"] == r.requests
+        assert arrival["count"] + x["arrival_unstamped"] == r.requests
+        assert arrival["count"] > 0
         assert arrival["p50"] <= lat["p50"] * 1.01 and arrival["max"] <= lat["max"] * 1.01
         assert 0 <= x["client_read_delay_max_us"] <= lat["max"] * 1.01
+
+
+def test_a_reply_without_a_kernel_stamp_is_counted_not_measured() -> None:
+    """A reply the kernel did not stamp (arrival 0) is counted in ``unstamped`` and neither
+    enters the arrival histogram nor the read delay; replies before the window count not at
+    all; a stamped one is measured from its send to its arrival, and read delay from its
+    arrival to its read."""
+    arrivals = Arrivals([])
+    arrivals.record(0, 1_000, 5_000, True)
+    arrivals.record(3_000, 1_000, 7_000, True)
+    arrivals.record(0, 1_000, 5_000, False)
+    arrivals.record(9_000, 1_000, 90_000, False)
+    assert arrivals.unstamped == 1
+    assert arrivals.hist.count == 1
+    assert arrivals.read_delay_max_ns == 4_000
 
 
 def test_paced_bigtable_keeps_to_its_rate(lockserver: ServerProcess) -> None:
