@@ -38,11 +38,20 @@ compiled half is skipped with a message saying what is missing, and the pure hal
 test. The exit status is non-zero when either run fails or the build fails.
 
 Each run spreads its tests over parallel workers (pytest-xdist, ``--dist loadgroup``: tests
-that share an expensive fixture or the host's state name an ``xdist_group``), one per CPU and
-one more unless ``-n`` is given (``-n 0`` or ``-p no:xdist``: one process;
-``LOCKSERVER_TEST_WORKERS`` sets the default). The extra worker is for the tests that wait on
-real time rather than compute (the lab's runs, ~0.6 of a CPU for up to 67 s each; etcd
-clusters; replicas' clocks), which tests/conftest.py starts first.
+that share an expensive fixture or the host's state name an ``xdist_group``) unless ``-n`` is
+given (``-n 0`` or ``-p no:xdist``: one process; ``LOCKSERVER_TEST_WORKERS`` sets the
+number): the pure half one per CPU and two more, the compiled half one per CPU and one more.
+The extra workers are for the tests that wait on real time rather than compute (the lab's
+runs, ~0.6 of a CPU for up to 67 s each; etcd clusters; replicas' clocks), which
+tests/conftest.py starts first; all of them are in the pure half.
+
+The second extra worker of the pure half, measured on the 2-core machine (2026-11-28, quiet,
+at bac4926 and e0d2c3a, install not counted): with one extra worker the pure half took
+267 s and the compiled half 74 s (341 s: the whole command's CPU 9 min 1 s user + 1 min 9 s
+sys, so the two CPUs were ~90 % busy, idle mostly in the pure half); with two, 234-236 s and
+72-76 s (306-312 s), in two runs of which one failed on a harness check the load exposed
+(fixed: tests/bench/test_bench_bigtable.py's kernel stamps). The compiled half gains nothing
+from a fourth worker: it computes.
 
 Measured on the project's 2-core machine (2026-11-28), the whole README command in a fresh
 clone (venv and install included), one quiet sitting (``/work/bin/quiet-run``), at 4ec2a03:
@@ -84,30 +93,35 @@ MANIFEST = "lockserver_compiled.sources.json"
 HALF = "LOCKSERVER_TEST_HALF"
 #: tests/install/conftest.py takes the compiled wheel from here instead of building it.
 WHEEL = "LOCKSERVER_TEST_COMPILED_WHEEL"
+#: The workers beyond one per CPU of the pure half: it holds the tests that wait on real
+#: time (the lab's runs, etcd clusters, replicas' clocks), and its CPUs were idle a tenth of
+#: the time with one more (module docstring); the compiled half computes, with one more.
+WAITING_EXTRA = 2
 
 
-def _parallel(args: list[str]) -> list[str]:
-    """The workers (``-n``: ``LOCKSERVER_TEST_WORKERS``, else one per CPU and one more) and
-    ``--dist loadgroup``, each unless the caller chose it or disabled the plugin."""
+def _parallel(args: list[str], extra: int = 1) -> list[str]:
+    """The workers (``-n``: ``LOCKSERVER_TEST_WORKERS``, else one per CPU and ``extra`` more)
+    and ``--dist loadgroup``, each unless the caller chose it or disabled the plugin."""
     if "no:xdist" in args:
         return []
     added = []
     if not any(
         a in ("-n", "--numprocesses") or a.startswith(("-n", "--numprocesses=")) for a in args
     ):
-        workers = os.environ.get("LOCKSERVER_TEST_WORKERS") or str((os.cpu_count() or 1) + 1)
+        workers = os.environ.get("LOCKSERVER_TEST_WORKERS") or str((os.cpu_count() or 1) + extra)
         added += ["-n", workers]
     if not any(a == "--dist" or a.startswith("--dist=") for a in args):
         added += ["--dist", "loadgroup"]
     return added
 
 
-def pytest(build: str, args: list[str], env: dict[str, str]) -> int:
-    """One run of the suite, saying which build it expects; its exit status."""
+def pytest(build: str, args: list[str], env: dict[str, str], *, extra: int = 1) -> int:
+    """One run of the suite, saying which build it expects, on one worker per CPU and
+    ``extra`` more; its exit status."""
     print(f"=== the test suite, {build} build ===", flush=True)
     started = time.monotonic()
     env = {**os.environ, "LOCKSERVER_TEST_BUILD": build, **env}
-    command = [sys.executable, "-m", "pytest", *_parallel(args), *args]
+    command = [sys.executable, "-m", "pytest", *_parallel(args, extra), *args]
     code = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
     print(f"=== {build} build: exit {code} in {time.monotonic() - started:.0f} s ===", flush=True)
     return code
@@ -157,14 +171,14 @@ def main(args: list[str]) -> int:
         [*BUILD, "--check"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     if check.returncode != 0:
-        pure = pytest("pure", args, {})
+        pure = pytest("pure", args, {}, extra=WAITING_EXTRA)
         print(f"=== compiled build SKIPPED: {check.stdout.strip()} ===", flush=True)
         return pure
     with tempfile.TemporaryDirectory(prefix="lockserver-test-wheel-") as tmp:
         print("=== building the compiled wheel in the background ===", flush=True)
         job = start_wheel_build(Path(tmp))
         try:
-            pure = pytest("pure", args, {HALF: "pure"})
+            pure = pytest("pure", args, {HALF: "pure"}, extra=WAITING_EXTRA)
         except BaseException:
             job.kill()
             raise

@@ -32,14 +32,19 @@ def _script() -> ModuleType:
 
 
 def test_workers_and_grouping_unless_the_caller_chose(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One worker per CPU and one more (or ``LOCKSERVER_TEST_WORKERS``) and ``--dist
-    loadgroup``; a caller's ``-n`` or ``--dist`` wins, ``-p no:xdist`` turns both off."""
-    parallel = _script()._parallel
+    """One worker per CPU and one more, or as many more as asked (the pure half: two), or
+    ``LOCKSERVER_TEST_WORKERS``; and ``--dist loadgroup``; a caller's ``-n`` or ``--dist``
+    wins, ``-p no:xdist`` turns both off."""
+    script = _script()
+    parallel = script._parallel
     monkeypatch.delenv("LOCKSERVER_TEST_WORKERS", raising=False)
-    cpus = str((os.cpu_count() or 1) + 1)
-    assert parallel([]) == ["-n", cpus, "--dist", "loadgroup"]
+    cpus = os.cpu_count() or 1
+    assert parallel([]) == ["-n", str(cpus + 1), "--dist", "loadgroup"]
+    assert script.WAITING_EXTRA == 2
+    assert parallel([], script.WAITING_EXTRA) == ["-n", str(cpus + 2), "--dist", "loadgroup"]
     monkeypatch.setenv("LOCKSERVER_TEST_WORKERS", "3")
     assert parallel(["-x"]) == ["-n", "3", "--dist", "loadgroup"]
+    assert parallel(["-x"], 2) == ["-n", "3", "--dist", "loadgroup"]
     assert parallel(["-n", "0"]) == ["--dist", "loadgroup"]
     assert parallel(["-n4"]) == ["--dist", "loadgroup"]
     assert parallel(["--dist=load"]) == ["-n", "3"]
