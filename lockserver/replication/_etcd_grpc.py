@@ -26,16 +26,19 @@ Rules kept:
 - **A request of any size goes out** as etcd's flow control lets it (its initial window is
   64 KiB, a value may be 1.4 MiB), in frames of the size it allows; the events that arrive
   meanwhile are kept for the answer.
-- **A PING's ACK waits for the next request during a unary call.** etcd (grpc-go) answers
-  every request's DATA with a WINDOW_UPDATE and a PING (its bandwidth estimate). Sent at
-  once, the ACK is one more write for us and one more wake-up for etcd in every put, while
-  etcd commits. Measured against one member (``benchmarks/grpc_costs.py``): a put's p50
-  -5 % (-6 % when the caller polls its sockets meanwhile, as a replica does), and 26-37 µs
-  less of our CPU. So during a unary call the ACKs are held (at most :data:`_HELD_MAX`
-  bytes of them, then they go out) and leave with the connection's next request, in the
-  same write. A PING that needs a prompt answer (a keepalive) comes only after minutes of
-  silence on a connection, never during a call; a streaming call (a watch, a keepalive)
-  and anything else h2 queues (SETTINGS acks, WINDOW_UPDATEs) is sent at once.
+- **A PING's ACK waits for the next request during a unary call, and goes after it.** etcd
+  (grpc-go) answers a request's DATA with a WINDOW_UPDATE and a PING (its bandwidth
+  estimate) while no PING of its is unacknowledged. Sent at once, the ACK is one more write
+  for us and one more wake-up for etcd in every put, while etcd commits. So during a unary
+  call the ACKs are held (at most :data:`_HELD_MAX` bytes of them, then they go out) and
+  leave in the same write as the connection's next request, *after* it: etcd reads that
+  request while its PING is still out and does not PING it, so it PINGs every other put.
+  Measured against one member (``benchmarks/grpc_costs.py``): a put's p50 -9 % and our CPU
+  per put -16 % when the caller sleeps while waiting; -2 % and -1 % when it polls its
+  sockets meanwhile, as a replica does. A PING that needs a prompt answer (a keepalive)
+  comes only after minutes of silence on a connection, never during a call; a streaming
+  call (a watch, a keepalive) and anything else h2 queues (SETTINGS acks, WINDOW_UPDATEs)
+  is sent at once.
 - **One call per connection at a time**, as the HTTP/1.1 pool: a connection is reused only
   when its last call ended whole and no GOAWAY came; the pool opens more under concurrency.
   A watch has a connection of its own.
@@ -282,14 +285,14 @@ class GrpcConnection:
     # --- bytes -----------------------------------------------------------------------------
 
     async def _flush(self, *, hold_acks: bool = False) -> None:
-        """Send what h2 queued, after the PING ACKs held so far. ``hold_acks``: when what h2
-        queued is only PING ACKs, hold it too (up to :data:`_HELD_MAX` bytes in all)."""
+        """Send what h2 queued, then the PING ACKs held so far (module header). ``hold_acks``:
+        when what h2 queued is only PING ACKs, hold it too (up to :data:`_HELD_MAX` bytes)."""
         data = self._h2.data_to_send()
         if hold_acks and len(self._held) + len(data) <= _HELD_MAX and _only_ping_acks(data):
             self._held += data
             return
         if self._held:
-            data, self._held = self._held + data, b""
+            data, self._held = data + self._held, b""
         if data:
             await send_all(self, data)
 

@@ -639,6 +639,41 @@ async def test_a_ping_during_a_put_is_acknowledged_with_the_next_request() -> No
     assert ["PingAckReceived"] not in chunks, chunks
 
 
+async def test_a_held_ack_follows_the_next_request_so_etcd_pings_every_other_put() -> None:
+    """etcd (grpc-go) PINGs a request's DATA only while no PING of its is unacknowledged. The
+    held ACK leaves after the next request in the same write, so that request finds the
+    PING still out and is not PINGed: a server with that rule PINGs every other put."""
+    pinged: list[int] = []
+
+    async def handler(stream: trio.SocketStream) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        await stream.send_all(conn.data_to_send())
+        outstanding = False
+        while data := await stream.receive_some(65536):
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.DataReceived) and not outstanding:
+                    conn.ping(struct.pack(">Q", len(pinged)))
+                    pinged.append(event.stream_id)
+                    outstanding = True
+                elif isinstance(event, h2.events.PingAckReceived):
+                    outstanding = False
+                elif isinstance(event, h2.events.StreamEnded):
+                    answering(frame(put_answer(7)))(conn, event.stream_id)
+            await stream.send_all(conn.data_to_send())
+        await trio.sleep_forever()
+
+    with trio.fail_after(BOUND):
+        async with fake_etcd(handler) as (address, _), quick(address) as etcd:
+            for _ in range(9):
+                assert await etcd.put(b"/k", b"v") == 7
+    # Put n is stream 2n - 1. The first put's ACK may leave at once, with the ACK of the
+    # server's SETTINGS; from the second put on, every other one is PINGed.
+    later = [stream for stream in pinged if stream >= 3]
+    assert len(later) == 4, pinged
+    assert all(b - a == 4 for a, b in itertools.pairwise(later)), pinged
+
+
 async def test_a_flood_of_pings_during_a_put_is_acknowledged_during_it() -> None:
     """A server that PINGs 100 times during one call gets the ACKs past the few the client
     holds (1 KiB of them) during the call: the put is answered, and nothing grows."""
