@@ -33,8 +33,8 @@ Rules kept:
   call the ACKs are held (at most :data:`_HELD_MAX` bytes of them, then they go out) and
   leave in the same write as the connection's next request, *after* it: etcd reads that
   request while its PING is still out and does not PING it, so it PINGs every other put.
-  Measured against one member (``benchmarks/grpc_costs.py``): a put's p50 -9 % and our CPU
-  per put -16 % when the caller sleeps while waiting; -2 % and -1 % when it polls its
+  Measured against one member (``benchmarks/grpc_costs.py``): a put's p50 -11 % and our
+  CPU per put -17 % when the caller sleeps while waiting; -7 % and -8 % when it polls its
   sockets meanwhile, as a replica does. A PING that needs a prompt answer (a keepalive)
   comes only after minutes of silence on a connection, never during a call; a streaming
   call (a watch, a keepalive) and anything else h2 queues (SETTINGS acks, WINDOW_UPDATEs)
