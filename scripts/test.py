@@ -48,8 +48,8 @@ tests/conftest.py starts first; all of them are in the pure half.
 The second extra worker of the pure half, measured on the 2-core machine (2026-11-28, quiet,
 at bac4926 and e0d2c3a, install not counted): with one extra worker the pure half took
 267 s and the compiled half 74 s (341 s: the whole command's CPU 9 min 1 s user + 1 min 9 s
-sys, so the two CPUs were ~90 % busy, idle mostly in the pure half); with two, 234-246 s and
-69-78 s (306-324 s), in four runs of which one failed on a harness check the load exposed
+sys, so the two CPUs were ~90 % busy, idle mostly in the pure half); with two, 234-259 s and
+69-79 s (306-338 s), in six runs of which one failed on a harness check the load exposed
 (fixed: tests/bench/test_bench_bigtable.py's kernel stamps). The compiled half gains nothing
 from a fourth worker: it computes.
 
