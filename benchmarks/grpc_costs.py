@@ -48,15 +48,11 @@ HEADERS = [
 
 
 def _client(validate_inbound: bool) -> h2.connection.H2Connection:
-    """A client configured as ``_etcd_grpc.GrpcConnection`` configures it."""
-    config = h2.config.H2Configuration(
-        client_side=True,
-        header_encoding=None,
-        validate_outbound_headers=False,
-        normalize_outbound_headers=False,
-        validate_inbound_headers=validate_inbound,
-        normalize_inbound_headers=validate_inbound,
-    )
+    """A client configured as the transport configures it, inbound header checks aside."""
+    from lockserver.replication._etcd_grpc import h2_config
+
+    config = h2_config()
+    config.validate_inbound_headers = config.normalize_inbound_headers = validate_inbound
     return h2.connection.H2Connection(config=config)
 
 

@@ -5,7 +5,8 @@ bytes in; message bytes, or etcd's gRPC status, out.
 This module owns the gRPC transport of :mod:`lockserver.replication._etcd` (its default,
 ``Etcd(..., transport="grpc")``): one HTTP/2 connection (:class:`GrpcConnection`: connect,
 one unary call, or one streaming call read message by message), the idle connections kept
-per endpoint (:class:`GrpcPool`), and a gRPC status other than OK (:class:`GrpcStatus`).
+per endpoint (:class:`GrpcPool`), how each configures h2 (:func:`h2_config`), and a gRPC
+status other than OK (:class:`GrpcStatus`).
 Transport failures are ``_etcd_http``'s :class:`NotSent` / :class:`MaybeSent`, so the
 failover rule of ``_etcd.py`` holds unchanged.
 
@@ -73,7 +74,7 @@ from ._etcd_http import (
     transport_cause,
 )
 
-__all__ = ["GrpcConnection", "GrpcPool", "GrpcStatus", "grpc_context"]
+__all__ = ["GrpcConnection", "GrpcPool", "GrpcStatus", "grpc_context", "h2_config"]
 
 _RECV: Final = 64 * 1024
 _WOULD_BLOCK_READ: Final = (BlockingIOError, ssl.SSLWantReadError)
@@ -114,6 +115,19 @@ def grpc_context(tls: ssl.SSLContext) -> ssl.SSLContext:
     return tls
 
 
+def h2_config() -> h2.config.H2Configuration:
+    """How every connection here configures h2 (a new object each time: h2's settings are
+    attributes a caller may change)."""
+    # Our headers are constants and a token etcd gave: h2's checks and normalising of them
+    # cost ~10 µs a call for nothing. What etcd sends is still validated.
+    return h2.config.H2Configuration(
+        client_side=True,
+        header_encoding=None,
+        validate_outbound_headers=False,
+        normalize_outbound_headers=False,
+    )
+
+
 def _percent_decode(raw: bytes) -> str:
     from urllib.parse import unquote_to_bytes
 
@@ -138,15 +152,7 @@ class GrpcConnection:
     def __init__(self, endpoint: Endpoint, sock: socket.socket) -> None:
         self.endpoint = endpoint
         self.sock = sock
-        # Our headers are constants and a token etcd gave: h2's checks and normalising of
-        # them cost ~10 µs a call for nothing. What etcd sends is still validated.
-        config = h2.config.H2Configuration(
-            client_side=True,
-            header_encoding=None,
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
-        )
-        self._h2 = h2.connection.H2Connection(config=config)
+        self._h2 = h2.connection.H2Connection(config=h2_config())
         self._h2.local_settings = h2.settings.Settings(
             client=True,
             initial_values={

@@ -355,14 +355,20 @@ def frame(message: bytes, *, length: int | None = None, flag: int = 0) -> bytes:
 Reply = Callable[[h2.connection.H2Connection, int], None]
 
 
+async def h2_server(stream: trio.SocketStream) -> h2.connection.H2Connection:
+    """h2's server side on ``stream``, its preface sent."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    conn.initiate_connection()
+    await stream.send_all(conn.data_to_send())
+    return conn
+
+
 def serving(reply: Reply, raw: bytes = b"") -> Handler:
     """An HTTP/2 server that answers each request (once its headers are in) with ``reply``
     and then the bytes ``raw`` as they are, and keeps the connection open."""
 
     async def handler(stream: trio.SocketStream) -> None:
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-        conn.initiate_connection()
-        await stream.send_all(conn.data_to_send())
+        conn = await h2_server(stream)
         while data := await stream.receive_some(65536):
             for event in conn.receive_data(data):
                 if isinstance(event, h2.events.RequestReceived):
@@ -589,9 +595,7 @@ def pinging(pings: int, acks: int, chunks: list[list[str]]) -> Handler:
     every chunk it receives in ``chunks``."""
 
     async def handler(stream: trio.SocketStream) -> None:
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-        conn.initiate_connection()
-        await stream.send_all(conn.data_to_send())
+        conn = await h2_server(stream)
         waiting: list[tuple[int, bytes]] = []  # (stream, path) of the calls not answered
         acked = 0
         while data := await stream.receive_some(65536):
@@ -646,9 +650,7 @@ async def test_a_held_ack_follows_the_next_request_so_etcd_pings_every_other_put
     pinged: list[int] = []
 
     async def handler(stream: trio.SocketStream) -> None:
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-        conn.initiate_connection()
-        await stream.send_all(conn.data_to_send())
+        conn = await h2_server(stream)
         outstanding = False
         while data := await stream.receive_some(65536):
             for event in conn.receive_data(data):
