@@ -607,11 +607,13 @@ class LockCore(Generic[OwnerT]):
         self._settle(out, now, trust)
         return out
 
-    def grace(self, since: float, by: float) -> int:
-        """Every live session touched at or after ``since`` expires ``by`` seconds later
-        (``Engine.grace_sessions``); how many. Decides nothing else: what is due is expired
-        by the next :meth:`advance`."""
-        return self.engine.grace_sessions(since, by)
+    def grace(self, since: float, by: float) -> tuple[int, int, int]:
+        """Every live session touched at or after ``since`` expires ``by`` seconds later, and
+        so does every entry TTL set and every wait parked at or after ``since``
+        (``Engine.grace_sessions``, ``Waiting.grace``); how many sessions, entries and
+        waits. Decides nothing else: what is due is expired by the next :meth:`advance`."""
+        sessions, entries = self.engine.grace_sessions(since, by)
+        return sessions, entries, self.waits.grace(since, by)
 
     def next_deadline(self) -> float | None:
         """When :meth:`advance` has something to do at the latest (an expiry or a wait

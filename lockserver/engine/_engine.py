@@ -70,6 +70,7 @@ from ._store import (
     ENTRY_BASE,
     S_FENCE,
     S_OWNER,
+    S_SET_AT,
     SESSION_BASE,
     BigTable,
     EngineError,
@@ -89,6 +90,7 @@ from ._store import (
     shard_of,
     store_full,
     text_len,
+    with_expires,
 )
 
 __all__ = [
@@ -540,21 +542,62 @@ class Engine:
         changed, self.store.changed = self.store.changed, set()
         return changed
 
-    def grace_sessions(self, since: float, by: float) -> int:
+    def grace_sessions(self, since: float, by: float) -> tuple[int, int]:
         """Move the last touch of every live session touched at or after ``since`` (engine
-        time) ``by`` seconds later, so it expires that much later; return how many. A
-        replicated group calls it when its time jumps forward: a session used while the
-        group's time lagged real time was promised its max age in real time
-        (``lockserver/replication/_group.py``). Sessions touched before ``since`` keep their
-        deadline. The expiry queue follows lazily (a later deadline is re-queued when due)."""
+        time) ``by`` seconds later, so it expires that much later, and the TTL of each of its
+        entries set at or after ``since`` too; return how many sessions and entries moved. A
+        replicated group calls it when its time jumps forward: a session used, or a TTL
+        chosen, while the group's time lagged real time was promised its max age, or its
+        TTL, in real time (``lockserver/replication/_group.py``). What was touched or set
+        before ``since`` keeps its deadline. An entry set since then belongs to a session
+        touched since then, so only those sessions' entries are looked at. The session
+        expiry queue follows lazily (a later deadline is re-queued when due); a moved TTL is
+        queued again and its old item skipped when it surfaces (``_remove_entry`` checks
+        the expiry)."""
         if by <= 0:
-            return 0
-        moved = 0
+            return 0, 0
+        moved = entries = 0
         sessions = self.sessions
         for sid in sessions:
             s = sessions[sid]
             if not s.ended and s.last_touch >= since:
                 s.last_touch += by
+                moved += 1
+                if s.held:
+                    entries += self._grace_ttls(s, since, by)
+        return moved, entries
+
+    def _grace_ttls(self, s: SessionRecord, since: float, by: float) -> int:
+        """Move the TTL of each of ``s``'s entries set at or after ``since`` ``by`` later."""
+        moved = 0
+        sid = s.session_id
+        namespaces = self.store.namespaces
+        due = self._ttls_due
+        for (ns, table), group in s.keys.items():
+            t = namespaces[ns][table]  # the session's entries are in it
+            big = t if type(t) is BigTable else None
+            for var in group:
+                vars_ = t if big is None else big.shards[hash(var) & big.mask]
+                slot = vars_[var]
+                entries = None if type(slot) is tuple else cast("list[Entry]", slot)
+                i = 0
+                if entries is None:
+                    e: Entry = slot  # type: ignore[assignment]
+                else:
+                    while entries[i][S_OWNER] != sid:
+                        i += 1
+                    e = entries[i]
+                expires = entry_expires(e)
+                if expires is None or e[S_SET_AT] < since:
+                    continue
+                if entries is None:
+                    vars_[var] = with_expires(e, expires + by)
+                else:
+                    entries[i] = with_expires(e, expires + by)
+                key = (ns, table, var, sid)
+                due.discard(key, expires)
+                self._seq += 1
+                due.add(key, (expires + by, self._seq, ns, table, var, sid, e[S_FENCE]))
                 moved += 1
         return moved
 

@@ -85,6 +85,7 @@ __all__ = [
     "tables_shard",
     "store_full",
     "text_len",
+    "with_expires",
 ]
 
 # An entry is a plain tuple (STYLE.md habit 7: GC-untracked once its value is a scalar, 3x
@@ -146,6 +147,11 @@ def entry_tx(e: Entry) -> str:
 def entry_expires(e: Entry) -> float | None:
     """When the entry expires (engine time; None: no TTL)."""
     return e[_EXPIRES] if len(e) > _EXPIRES else None
+
+
+def with_expires(e: Entry, expires: float) -> Entry:
+    """``e`` with its expiry (it has one) set to ``expires``, every other field kept."""
+    return (*e[:_EXPIRES], expires, *e[_EXPIRES + 1 :])
 
 
 def entry_desc(e: Entry) -> str | None:

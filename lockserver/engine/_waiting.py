@@ -542,8 +542,10 @@ class WaitQueue:
         deadlines = self._deadlines
         deadlines.advance(now)
         while deadlines.due(now):
-            w: _Waiter = deadlines.pop()[2]
-            if self._by_token.get(w.token) is w:  # else answered before (forgotten)
+            item = deadlines.pop()
+            w: _Waiter = item[2]
+            # Else answered before (forgotten), or moved later since this item was queued.
+            if self._by_token.get(w.token) is w and w.deadline == item[0]:
                 self._remove(w)
                 self._timed_out_total += 1
                 self._observe(now - w.parked_at)
@@ -627,10 +629,28 @@ class WaitQueue:
             t = deadlines.first()
             if t == math.inf:
                 return None
-            w = deadlines.near[0][2]
-            if self._by_token.get(w.token) is w:
+            w: _Waiter = deadlines.near[0][2]
+            if self._by_token.get(w.token) is w and w.deadline == t:
                 return t
-            deadlines.pop()  # answered or cancelled before: forget it now
+            deadlines.pop()  # answered, cancelled or moved (``grace``) before: forget it now
+
+    def grace(self, since: float, by: float) -> int:
+        """Move the deadline of every waiter parked at or after ``since`` ``by`` seconds
+        later; return how many. A replicated group calls it when its time jumps forward: a
+        wait parked while the group's time lagged real time was promised its length in real
+        time (``lockserver/replication/_group.py``). The old deadline's item, when already
+        in the near heap, is skipped when it surfaces (its time is no longer the waiter's)."""
+        if by <= 0:
+            return 0
+        moved = 0
+        deadlines = self._deadlines
+        for w in self._by_token.values():
+            if w.parked_at >= since:
+                deadlines.discard(w, w.deadline)
+                w.deadline += by
+                deadlines.add(w, (w.deadline, w.seq, w))
+                moved += 1
+        return moved
 
     # --- cancelling ---------------------------------------------------------------------------
 

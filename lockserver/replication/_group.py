@@ -48,9 +48,10 @@ Rules kept:
   measured by etcd's own clock (the *witness* lease, ``_replica.py``); a clamp voids the
   witness until it is anchored again. A jump expires only what was idle since before the
   witness's anchor: every live session used since then (or every one, with no witness) is
-  moved the jump later (``graced``), since the time may have been lost before its use and
-  replicas may have served it from lagging time (issue 31: every replica's watch stalled
-  on one etcd member, then a jump of 3.7 s expired sessions granted a moment before).
+  moved the jump later, and so is every entry TTL set and every wait parked since then
+  (``graced`` counts them), since the time may have been lost before its use and replicas
+  may have served it from lagging time (issue 31: every replica's watch stalled on one etcd
+  member, then a jump of 3.7 s expired sessions granted a moment before).
 
 Entry (msgpack): ``[3, replica, registration, batch, stamp, base, trust, ops]`` --
 ``registration`` the revision of the proposer's registration, ``base`` the revision it had
@@ -402,7 +403,8 @@ class GroupState:
         self.clamped = 0  # stamps that would have moved time past the window
         self.jumps = 0  # witness jumps applied, and the seconds they moved time
         self.jumped = 0.0
-        self.graced = 0  # sessions a jump moved forward (used since the witness's anchor)
+        # sessions, entry TTLs and waits a jump moved forward (since the witness's anchor)
+        self.graced = 0
         self.skipped_revisions = 0  # revisions skipped as told (--skip-revision)
         # key id -> the last revision at which an entry sealed with it was applied
         self.signers: dict[bytes, int] = {}
@@ -631,10 +633,11 @@ class GroupState:
         # time since such a use is at least what the jump counts. Where in the span since
         # the anchor the time was lost is unknown (a whole group down, or every replica's
         # watch stalled while clients were served from lagging time), so a session used
-        # since then keeps the time it was promised: it expires the jump later.
+        # since then keeps the time it was promised: it expires the jump later. So do an
+        # entry's TTL and a wait's deadline, chosen in real time by their clients.
         witness = self.witness
         since = -math.inf if witness is None else witness[2]
-        self.graced += self.core.grace(since, value - now)
+        self.graced += sum(self.core.grace(since, value - now))
         self.jumps += 1
         self.jumped += value - now
         self.now = value

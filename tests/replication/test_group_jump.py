@@ -148,3 +148,95 @@ def test_a_jump_without_a_witness_graces_every_session() -> None:
     for step in range(1, 40):
         log.entry(T + 4.0 + step * 0.2, T + 31.0 + step * 0.2, [["t"]])
     assert "a" in log.lost and log.lost["a"] >= T + 6.0  # 5 s after its use, in real time
+
+
+def set_ttl(conn: int, session: str, ttl: float) -> list[Any]:
+    """An entry of ``session`` (max age an hour: only the TTL can end it) that expires by
+    itself after ``ttl`` s."""
+    tx = Transaction("ns", (Assert(SetVar("T", session, session, ttl=ttl)),))
+    return ["x", conn, "", wire(Execute(conn, SessionSpec(session, 3600.0), tx, None))]
+
+
+def wait_for(conn: int, session: str, wait: float) -> list[Any]:
+    """A request of ``session`` for the variable the session ``holder`` holds (``acquire``):
+    it parks ``wait`` s."""
+    tx = Transaction("ns", (Assert(SetVar("L", "holder", session)),))
+    return ["x", conn, "", wire(Execute(conn, SessionSpec(session, 3600.0), tx, wait))]
+
+
+class Answers(Log):
+    """A :class:`Log` that also remembers the real time each TTL loss and each answer to a
+    connection was applied at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ttl_lost: dict[str, float] = {}
+        self.answered: dict[int, float] = {}
+
+    def entry(self, real: float, stamp: float, ops: list[list[Any]]) -> None:
+        self.revision += 1
+        self.batch += 1
+        data = encode_entry("r1", self.batch, stamp, 1.0, ops, base=self.revision - 1)
+        for owner, payload in self.state.apply_entry(data, self.revision):
+            if isinstance(payload, LockLost):
+                self.ttl_lost.setdefault(payload.session_id, real)
+            elif isinstance(owner, tuple):
+                self.answered.setdefault(owner[1], real)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    stall=st.floats(5.0, 20.0),  # past the witness's margin (2.4 s): there is a jump
+    at=st.floats(0.0, 4.0),
+    ttl=st.floats(1.0, 8.0),
+    wait=st.floats(1.0, 8.0),
+    jump_after=st.floats(0.0, 5.0),
+)
+def test_a_jump_ends_no_ttl_and_no_wait_early(
+    stall: float, at: float, ttl: float, wait: float, jump_after: float
+) -> None:
+    """A TTL set and a wait parked while the group's time lagged real time by a stall keep
+    their length in real time across the jump that ends the lag (the entry expires, the wait
+    is answered, no earlier than their client chose); a TTL set before the witness's anchor
+    whose length passed in real time expires at the jump."""
+    log = Answers()
+    log.entry(T + 0.5, T + 0.5, [acquire(1, "holder", 3600.0)])
+    log.entry(T + 1.0, T + 1.0, [set_ttl(2, "old", 1.5)])
+    anchored_at = T + 2.0
+    log.entry(anchored_at, anchored_at, [["k", 77, WITNESS_TTL, anchored_at]])
+    assert "old" not in log.ttl_lost
+    group = log.state.now
+    real = anchored_at + stall
+    lag = real - group
+    set_real = parked_real = math.inf
+    jump_at = real + at + jump_after
+    while real < jump_at or set_real == math.inf:
+        real += TICK
+        ops: list[list[Any]] = [["t"]]
+        if set_real == math.inf and real >= anchored_at + stall + at:
+            ops += [set_ttl(3, "new", ttl), wait_for(4, "waiter", wait)]
+            set_real = parked_real = real  # the client sent both no later than they applied
+        log.entry(real, real - lag, ops)
+    assert log.answered[3] == set_real  # granted at once
+    counted = real - anchored_at
+    target = log.state.witness_time(WITNESS_TTL - math.floor(counted), WITNESS_TTL)
+    assert target is not None
+    jumped = max(0.0, target - log.state.now)
+    log.entry(real, real - lag, [["j", target]])
+    assert log.state.jumps == 1
+    jumped_at = real
+    end = real + 20.0
+    while real < end:
+        real += TICK
+        log.entry(real, real - lag + jumped, [["t"]])
+    assert log.state.now <= real  # the group's time never ran ahead of real time
+    assert log.ttl_lost["new"] >= set_real + ttl - 1e-9, (
+        f"the TTL ended {log.ttl_lost['new'] - set_real:.2f} s after it was set, not {ttl:.2f}"
+    )
+    assert log.answered[4] >= parked_real + wait - 1e-9, (
+        f"the wait ended {log.answered[4] - parked_real:.2f} s after it parked, not {wait:.2f}"
+    )
+    # "old" (TTL 1.5 s, set at T + 1, before the anchor) ended during the stall in real time:
+    # the group's lagging time or, at the latest, the jump expired it.
+    assert log.ttl_lost["old"] <= jumped_at
+    assert log.state.graced >= 2  # the TTL and the wait (and their sessions)
