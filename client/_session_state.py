@@ -44,7 +44,18 @@ if TYPE_CHECKING:
     from ._core import ClientCore
     from ._placement import ServerGroup
 
-__all__ = ["MAX_DEFERRED", "BatchCall", "LostListener", "SessionState", "ShardedParts"]
+__all__ = [
+    "CANCELLED_TABLE",
+    "MAX_DEFERRED",
+    "BatchCall",
+    "LostListener",
+    "SessionState",
+    "ShardedParts",
+]
+
+#: The table of the recipes' cancel tombstones (``client.recipes``, docs/recipes.md, "Unknown
+#: outcomes"). Their TTL running out is bookkeeping, not a loss: the session drops it.
+CANCELLED_TABLE = "recipes.cancelled"
 
 log = logging.getLogger("client")
 
@@ -234,6 +245,12 @@ class SessionState:
         return f"<{type(self).__name__} {self.id} max_age={self.max_age} {state}>"
 
     def _deliver(self, event: LockLost) -> None:
+        if event.reason is LostReason.TTL and any(e[1] == CANCELLED_TABLE for e in event.entries):
+            # A recipe's cancel tombstone ran out its TTL: nothing the application held.
+            kept = tuple(e for e in event.entries if e[1] != CANCELLED_TABLE)
+            if not kept:
+                return
+            event = LockLost(event.session_id, event.reason, kept)
         if event.reason is not LostReason.TTL:
             # The whole session is gone (expired, ended, or the server restarted): nothing is
             # guaranteed until a later reply re-creates it, and no EXPIRED is made up for it

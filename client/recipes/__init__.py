@@ -24,6 +24,7 @@ from ._async_coord import AsyncWatch as AsyncWatch
 from ._barrier import BARRIER_OUT_TABLE as BARRIER_OUT_TABLE
 from ._barrier import BARRIER_TABLE as BARRIER_TABLE
 from ._base import CANCELLED_TABLE as CANCELLED_TABLE
+from ._base import TOMBSTONE_LINGER as TOMBSTONE_LINGER
 from ._base import LockLostError as LockLostError
 from ._base import NotAcquired as NotAcquired
 from ._base import UnknownStamp as UnknownStamp
@@ -122,6 +123,7 @@ __all__ = [
     "IN_PROGRESS",
     "MUTEX_TABLE",
     "CANCELLED_TABLE",
+    "TOMBSTONE_LINGER",
     "READ_TABLE",
     "WRITE_TABLE",
     "PERMITS_TABLES",

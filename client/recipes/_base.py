@@ -71,6 +71,7 @@ from ._values import (
     CLEANUP_TIMEOUT,
     DEFAULT_MAX_WAIT,
     MAX_LATE_GRANTS,
+    TOMBSTONE_LINGER,
     AcquirePlan,
     LockLostError,
     NotAcquired,
@@ -83,6 +84,7 @@ from ._values import (
     not_cancelled,
     same_value,
     seconds,
+    tombstone_ttl,
 )
 
 __all__ = [
@@ -90,6 +92,7 @@ __all__ = [
     "CLEANUP_TIMEOUT",
     "DEFAULT_MAX_WAIT",
     "MAX_LATE_GRANTS",
+    "TOMBSTONE_LINGER",
     "AcquirePlan",
     "RecipeCore",
     "LockLostError",
@@ -101,6 +104,7 @@ __all__ = [
     "max_wait_of",
     "same_value",
     "seconds",
+    "tombstone_ttl",
 ]
 
 log = logging.getLogger("client.recipes")
@@ -405,7 +409,7 @@ class RecipeCore(LostTracking[S]):
         finds nothing)."""
         # No description: a lock set's name may be longer than the server's max_text, and a
         # cancel refused for its size would leave the late grant possible.
-        tombstone = SetVar(CANCELLED_TABLE, plan.key, plan.ticket)
+        tombstone = SetVar(CANCELLED_TABLE, plan.key, plan.ticket, ttl=plan.tombstone_ttl)
         return [AnywayContinueAfter(tombstone), *self._cleanup_statements(plan.ticket)]
 
     def _probe_statements(self) -> list[Statement]:

@@ -50,7 +50,7 @@ from client._errors import (
 from client._result import Result
 from protocol import Statement
 
-from ._base import LockLostError, RecipeCore, max_wait_of
+from ._base import LockLostError, RecipeCore, max_wait_of, tombstone_ttl
 from ._feed import Emit, NextFeed, SubscribeFeed, UnsubscribeFeed
 from ._task_kinds import TaskClaimKind, task_state
 
@@ -188,7 +188,9 @@ def acquire(lock: RecipeCore[Any], blocking: bool, timeout: float | None) -> Op[
     timed out on the server). See the faces' docstrings for the contract."""
     plan = lock._start_acquire(blocking, timeout, (yield NOW))
     try:
-        max_wait = max_wait_of((yield WELCOME).limits)
+        limits = (yield WELCOME).limits
+        max_wait = max_wait_of(limits)
+        plan.tombstone_ttl = tombstone_ttl(limits)
     except BaseException:  # nothing was sent: no cleanup
         lock._abandon_acquire()
         raise

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from client._errors import LockClientError
 from client._inspect import describe_holders
 from client._result import Result
-from client._session_state import SessionState
+from client._session_state import CANCELLED_TABLE, SessionState
 from protocol import Assert, Exists, LockLost, Not, Statement
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "CLEANUP_TIMEOUT",
     "DEFAULT_MAX_WAIT",
     "MAX_LATE_GRANTS",
+    "TOMBSTONE_LINGER",
     "AcquirePlan",
     "LockLostError",
     "NotAcquired",
@@ -30,6 +31,7 @@ __all__ = [
     "local_deadline",
     "max_wait_of",
     "not_cancelled",
+    "tombstone_ttl",
     "same_value",
     "seconds",
 ]
@@ -38,9 +40,14 @@ __all__ = [
 DEFAULT_MAX_WAIT = 300.0
 #: Bound on the shielded cleanup after a cancelled or failed acquire, and on releases at exit.
 CLEANUP_TIMEOUT = 10.0
-#: The table of cancelled acquires' tombstones: variable = the acquire's cancel key, owned by
-#: the session that gave up, so they end with it (docs/recipes.md, "Unknown outcomes").
-CANCELLED_TABLE = "recipes.cancelled"
+#: How long a cancel's tombstone outlives the longest wait an attempt may park for: longer
+#: than an attempt can still be applied after the cancel (its bytes on a connection the client
+#: gave up on, which the kernel retransmits for ~15 minutes by default; a replicated group's
+#: puts, retried for seconds). Then the tombstone expires by itself, so a long-lived session
+#: whose acquires are often cancelled does not gather them (docs/recipes.md, "Unknown
+#: outcomes"). ``CANCELLED_TABLE`` is the tombstones' table: variable = the call's cancel key,
+#: owned by the session that gave up.
+TOMBSTONE_LINGER = 3600.0
 #: Grants in one acquire that may arrive after their session's guarantee ran out (each is
 #: removed and asked again) before the acquire fails with ClientTimeout.
 MAX_LATE_GRANTS = 3
@@ -111,7 +118,7 @@ class AcquirePlan:
     may fix): the last of ``statements`` asserts that no tombstone of it exists, so an
     attempt that is applied after the call was cancelled changes nothing."""
 
-    __slots__ = ("blocking", "deadline", "key", "late", "statements", "ticket")
+    __slots__ = ("blocking", "deadline", "key", "late", "statements", "ticket", "tombstone_ttl")
 
     def __init__(
         self,
@@ -127,6 +134,7 @@ class AcquirePlan:
         self.blocking = blocking
         self.deadline = deadline  # local time; None: until granted
         self.late = 0  # grants that arrived after their own guarantee had run out
+        self.tombstone_ttl: float | None = None  # the cancel's (``tombstone_ttl``), once known
 
     def cancelled(self, result: Result) -> bool:
         """True when ``result`` failed at the last statement: this call's tombstone exists
@@ -161,6 +169,19 @@ def max_wait_of(limits: Mapping[str, Any]) -> float:
         return seconds("max_wait", value, positive=True)
     except ValueError:
         return DEFAULT_MAX_WAIT
+
+
+def tombstone_ttl(limits: Mapping[str, Any]) -> float | None:
+    """The TTL of a cancel's tombstone on a server with these Welcome limits:
+    :data:`TOMBSTONE_LINGER` past its ``max_wait``. None (the tombstone then lives as long as
+    its session) when the server's ``max_ttl`` is lower, or not said: a SetVar whose ttl is
+    over it would refuse the whole cancel."""
+    ttl = TOMBSTONE_LINGER + max_wait_of(limits)
+    try:
+        max_ttl = seconds("max_ttl", limits.get("max_ttl"), positive=True)
+    except ValueError:
+        return None
+    return ttl if ttl <= max_ttl else None
 
 
 def not_cancelled(key: str) -> Statement:

@@ -27,7 +27,7 @@ from client import (
     open_lock_client,
 )
 from client._core import ClientCore
-from client._session_state import SessionState
+from client._session_state import CANCELLED_TABLE, SessionState
 from lockserver import RunningServer
 from protocol import Cause, Status, TransactionResult, Welcome
 
@@ -104,6 +104,24 @@ def test_a_server_event_for_the_whole_session_clears_the_guarantee() -> None:
     core.handshake_done(Welcome(1, "s", "h", {}, "A"))
     core.reconnected(100.0)
     assert len(s.lost_events) == 2
+
+
+def test_a_recipe_tombstones_ttl_is_not_a_loss() -> None:
+    """The expiry of a recipe's cancel tombstone (an entry of ``recipes.cancelled`` that ran
+    out its TTL) reaches no listener and marks nothing lost; the other entries of the same
+    event do, and a whole session's loss is delivered as it came, tombstones included."""
+    core = ClientCore("t")
+    s = SessionState(core, "s", 10.0, "", True)
+    heard: list[LockLost] = []
+    s.add_lost_listener(heard.append)
+    s._deliver(LockLost("s", LostReason.TTL, ((NS, CANCELLED_TABLE, "k1", 3),)))
+    assert not s.lost and s.lost_events == () and heard == []
+    mixed = ((NS, CANCELLED_TABLE, "k2", 4), (NS, "t", "v", 5))
+    s._deliver(LockLost("s", LostReason.TTL, mixed))
+    assert heard == [LockLost("s", LostReason.TTL, ((NS, "t", "v", 5),))]
+    whole = LockLost("s", LostReason.EXPIRED, ((NS, CANCELLED_TABLE, "k3", 6),))
+    s._deliver(whole)
+    assert heard[-1] == whole and s.lost_events == (heard[0], whole)
 
 
 # --- trio face ----------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from client import (
 )
 from client._core import ClientCore
 from client._session_state import SessionState
-from client.recipes import CANCELLED_TABLE
+from client.recipes import CANCELLED_TABLE, TOMBSTONE_LINGER
 from lockbench.etcd import ETCD, SKIP_REASON, EtcdCluster, started, wipe
 from lockserver import RunningServer, ServerConfig, serve
 from lockserver.engine import Engine
@@ -261,6 +261,43 @@ async def test_a_parked_acquire_given_up_is_never_granted(
             [answer] = late
             loss.check_late(answer)
             assert await AsyncMutex(third, NS, "m").acquire(blocking=False)
+
+
+async def test_a_tombstone_expires_past_the_longest_wait_and_is_no_loss(
+    server: RunningServer, clock: trio.testing.MockClock
+) -> None:
+    """trio only (MockClock): the tombstone a cancel leaves carries a TTL of
+    ``TOMBSTONE_LINGER`` past the server's ``max_wait``. Just before it runs out, the lost
+    acquire applied late is still refused; then it is gone, and the session (alive all along,
+    its keepalive pinging) heard no lost event for it: a long-lived session whose acquires
+    are often cancelled does not gather tombstones."""
+    ttl = TOMBSTONE_LINGER + server.config.max_wait
+    with trio.fail_after(2 * ttl):  # virtual time: the jumps below count
+        async with open_lock_client(port=server.port) as c:
+            a = c.session(max_age=3600.0)
+            lock = AsyncMutex(a, NS, "m")
+            loss = LostReply(applied_first=False)
+            real = lose_first_reply_async(a, loss)
+            with pytest.raises(ClientTimeout):
+                await lock.acquire(timeout=5.0)
+            [tombstone] = [h for h in (await c.holders(NS)).holders if h.session == a.id]
+            assert tombstone.table == CANCELLED_TABLE and tombstone.expires_at is not None
+            assert tombstone.expires_at - tombstone.acquired_at == pytest.approx(ttl)
+            jumped = 0.0
+            while jumped < ttl - 1.0:  # steps shorter than the keepalive's 1,200 s
+                step = min(600.0, ttl - 1.0 - jumped)
+                clock.jump(step)
+                jumped += step
+                await trio.sleep(0.1)  # the keepalive's ping, when due
+            args, kwargs = loss.late_call()
+            loss.check_late(await real(*args, **kwargs))
+            assert tombstones((await c.holders(NS)).holders, a.id) == 1
+            clock.jump(2.0)
+            await trio.sleep(0.1)
+            assert tombstones((await c.holders(NS)).holders, a.id) == 0
+            assert await lock.acquire(blocking=False)  # a reply after the expiry's notice
+            assert not a.lost and a.lost_events == ()
+            assert await lock.release()
 
 
 # --- a replicated group on a real etcd ----------------------------------------------------------

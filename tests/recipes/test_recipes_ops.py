@@ -13,7 +13,13 @@ from client import ClientTimeout, ErrorCode, Mutex, Result, ServerError
 from client._core import ClientCore
 from client._session_state import SessionState
 from client.recipes import _ops
-from client.recipes._base import CANCELLED_TABLE, MAX_LATE_GRANTS, LockLostError
+from client.recipes._base import (
+    CANCELLED_TABLE,
+    MAX_LATE_GRANTS,
+    TOMBSTONE_LINGER,
+    LockLostError,
+    tombstone_ttl,
+)
 from protocol import (
     AnywayContinueAfter,
     Assert,
@@ -157,6 +163,48 @@ def test_an_unknown_outcome_is_cancelled_before_the_error_propagates() -> None:
         op.send(released(False))
     assert raised.value is timeout and not getattr(timeout, "__notes__", None)
     assert not lock.held and not lock.session._deferred
+
+
+class _TtlWelcome:
+    """A server that advertises ``max_ttl`` (a real one does)."""
+
+    def __init__(self, max_ttl: Any) -> None:
+        self.limits = {"max_wait": 30.0, "max_ttl": max_ttl}
+
+
+@pytest.mark.parametrize(
+    ("max_ttl", "ttl"),
+    [
+        (30 * 86400.0, TOMBSTONE_LINGER + 30.0),  # the default max_ttl
+        (TOMBSTONE_LINGER + 30.0, TOMBSTONE_LINGER + 30.0),  # at the bound
+        (TOMBSTONE_LINGER + 29.0, None),  # past it: a ttl would refuse the whole cancel
+        ("soon", None),  # not a number of seconds
+        (-1.0, None),
+    ],
+)
+def test_the_tombstone_expires_past_the_longest_wait_when_the_server_allows(
+    max_ttl: Any, ttl: float | None
+) -> None:
+    """The cancel's tombstone carries a TTL of ``TOMBSTONE_LINGER`` past the server's
+    ``max_wait``, so a long-lived session does not gather them; none when the server's
+    ``max_ttl`` is lower or unreadable (it then ends with its session, as without a TTL)."""
+    assert tombstone_ttl({"max_wait": 30.0, "max_ttl": max_ttl}) == ttl
+    lock = mutex()
+    op = _ops.acquire(lock, True, None)
+    step = next(op)
+    while step is _ops.NOW or step is _ops.WELCOME:
+        step = op.send(0.0 if step is _ops.NOW else _TtlWelcome(max_ttl))
+    assert isinstance(step, _ops.RunTx)
+    cancel = op.throw(ClientTimeout("no reply"))
+    assert isinstance(cancel, _ops.RunTx)
+    tombstone = cancel.statements[0]
+    assert isinstance(tombstone, AnywayContinueAfter)
+    assert isinstance(tombstone.change, SetVar) and tombstone.change.ttl == ttl
+
+
+def test_a_server_that_does_not_say_its_max_ttl_gets_a_tombstone_without_one() -> None:
+    """No ``max_ttl`` in the Welcome: no TTL (the unit tests' Welcome says only max_wait)."""
+    assert tombstone_ttl({"max_wait": 30.0}) is None
 
 
 def test_a_cancel_that_runs_out_is_deferred_and_noted_on_the_error() -> None:
