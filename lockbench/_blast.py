@@ -574,11 +574,14 @@ def _phase_result(
         (report,) = ex.reports
         extra["reply_gap_max_us"] = round(report.reply_gap_ns / 1000, 1)
         extra["reply_gap_at_s"] = report.reply_gap_at
-        if report.arrival_histogram:  # the bigtable blaster, with kernel timestamps
-            arrival = LatencyHistogram.decode(report.arrival_histogram)
-            extra["arrival_latency_us"] = arrival.summary()
-            extra["client_read_delay_max_us"] = round(report.read_delay_max_ns / 1000, 1)
+        if report.arrival_histogram or report.arrival_unstamped:
+            # The bigtable blaster, with kernel timestamps: the replies it measured, if any
+            # (the kernel may stamp none of a short run's), and those it could not.
             extra["arrival_unstamped"] = report.arrival_unstamped
+            if report.arrival_histogram:
+                arrival = LatencyHistogram.decode(report.arrival_histogram)
+                extra["arrival_latency_us"] = arrival.summary()
+                extra["client_read_delay_max_us"] = round(report.read_delay_max_ns / 1000, 1)
     if servers.count > 1:
         extra["servers"] = _per_server(servers, phase, ex, elapsed)
     if phase.rate is not None:

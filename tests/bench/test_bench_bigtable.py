@@ -155,13 +155,16 @@ def test_bigtable_smoke(lockserver: ServerProcess) -> None:
     if sys.platform == "linux":
         # Every reply's arrival in the kernel was stamped, or counted unstamped (the kernel
         # stamps for the whole host, turned on with a delay and off when no socket asks: a
-        # parallel run left 1,359 of 14,221 unstamped): a stamped reply came before the
-        # blaster read it, so no arrival latency exceeds the latency (HDR buckets: 1%).
-        arrival = x["arrival_latency_us"]
-        assert arrival["count"] + x["arrival_unstamped"] == r.requests
-        assert arrival["count"] > 0
-        assert arrival["p50"] <= lat["p50"] * 1.01 and arrival["max"] <= lat["max"] * 1.01
-        assert 0 <= x["client_read_delay_max_us"] <= lat["max"] * 1.01
+        # parallel run left 1,359 of 14,221 unstamped, another all of its 1 s): a stamped
+        # reply came before the blaster read it, so no arrival latency exceeds the latency
+        # (HDR buckets: 1%).
+        arrival = x.get("arrival_latency_us")
+        stamped = 0 if arrival is None else arrival["count"]
+        assert stamped + x["arrival_unstamped"] == r.requests
+        if arrival is not None:
+            assert stamped > 0
+            assert arrival["p50"] <= lat["p50"] * 1.01 and arrival["max"] <= lat["max"] * 1.01
+            assert 0 <= x["client_read_delay_max_us"] <= lat["max"] * 1.01
 
 
 def test_a_reply_without_a_kernel_stamp_is_counted_not_measured() -> None:
