@@ -50,7 +50,8 @@ def acquire(conn: int, session: str, max_age: float) -> list[Any]:
 
 class Log:
     """One replica's entries applied to a fresh group state, each at a real time; remembers
-    the real time at which each session's loss was applied."""
+    the real time at which each session's loss, and each answer to a connection, was
+    applied."""
 
     def __init__(self) -> None:
         self.state = GroupState(GENESIS)
@@ -58,14 +59,17 @@ class Log:
         self.batch = 0
         self.state.apply_registered("r1", "r1:7400", self.revision)
         self.lost: dict[str, float] = {}
+        self.answered: dict[int, float] = {}
 
     def entry(self, real: float, stamp: float, ops: list[list[Any]]) -> None:
         self.revision += 1
         self.batch += 1
         data = encode_entry("r1", self.batch, stamp, 1.0, ops, base=self.revision - 1)
-        for _, payload in self.state.apply_entry(data, self.revision):
+        for owner, payload in self.state.apply_entry(data, self.revision):
             if isinstance(payload, LockLost):
                 self.lost.setdefault(payload.session_id, real)
+            elif isinstance(owner, tuple):
+                self.answered.setdefault(owner[1], real)
 
 
 @settings(max_examples=60, deadline=None)
@@ -164,26 +168,6 @@ def wait_for(conn: int, session: str, wait: float) -> list[Any]:
     return ["x", conn, "", wire(Execute(conn, SessionSpec(session, 3600.0), tx, wait))]
 
 
-class Answers(Log):
-    """A :class:`Log` that also remembers the real time each TTL loss and each answer to a
-    connection was applied at."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ttl_lost: dict[str, float] = {}
-        self.answered: dict[int, float] = {}
-
-    def entry(self, real: float, stamp: float, ops: list[list[Any]]) -> None:
-        self.revision += 1
-        self.batch += 1
-        data = encode_entry("r1", self.batch, stamp, 1.0, ops, base=self.revision - 1)
-        for owner, payload in self.state.apply_entry(data, self.revision):
-            if isinstance(payload, LockLost):
-                self.ttl_lost.setdefault(payload.session_id, real)
-            elif isinstance(owner, tuple):
-                self.answered.setdefault(owner[1], real)
-
-
 @settings(max_examples=60, deadline=None)
 @given(
     stall=st.floats(5.0, 20.0),  # past the witness's margin (2.4 s): there is a jump
@@ -199,12 +183,12 @@ def test_a_jump_ends_no_ttl_and_no_wait_early(
     their length in real time across the jump that ends the lag (the entry expires, the wait
     is answered, no earlier than their client chose); a TTL set before the witness's anchor
     whose length passed in real time expires at the jump."""
-    log = Answers()
+    log = Log()
     log.entry(T + 0.5, T + 0.5, [acquire(1, "holder", 3600.0)])
     log.entry(T + 1.0, T + 1.0, [set_ttl(2, "old", 1.5)])
     anchored_at = T + 2.0
     log.entry(anchored_at, anchored_at, [["k", 77, WITNESS_TTL, anchored_at]])
-    assert "old" not in log.ttl_lost
+    assert "old" not in log.lost
     group = log.state.now
     real = anchored_at + stall
     lag = real - group
@@ -230,13 +214,13 @@ def test_a_jump_ends_no_ttl_and_no_wait_early(
         real += TICK
         log.entry(real, real - lag + jumped, [["t"]])
     assert log.state.now <= real  # the group's time never ran ahead of real time
-    assert log.ttl_lost["new"] >= set_real + ttl - 1e-9, (
-        f"the TTL ended {log.ttl_lost['new'] - set_real:.2f} s after it was set, not {ttl:.2f}"
+    assert log.lost["new"] >= set_real + ttl - 1e-9, (
+        f"the TTL ended {log.lost['new'] - set_real:.2f} s after it was set, not {ttl:.2f}"
     )
     assert log.answered[4] >= parked_real + wait - 1e-9, (
         f"the wait ended {log.answered[4] - parked_real:.2f} s after it parked, not {wait:.2f}"
     )
     # "old" (TTL 1.5 s, set at T + 1, before the anchor) ended during the stall in real time:
     # the group's lagging time or, at the latest, the jump expired it.
-    assert log.ttl_lost["old"] <= jumped_at
+    assert log.lost["old"] <= jumped_at
     assert log.state.graced >= 2  # the TTL and the wait (and their sessions)

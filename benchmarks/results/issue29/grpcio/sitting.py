@@ -29,7 +29,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 
-from benchmarks.etcd_grpc_put import VALUE, client_put, gateway_http_client
+from benchmarks.etcd_grpc_put import VALUE, _timed, client_put, gateway_http_client
 from lockserver.replication import _etcd_rpc_pb2 as pb
 
 PUT = "/etcdserverpb.KV/Put"
@@ -47,17 +47,6 @@ def _channel(port: int) -> tuple[Any, Put]:
 def _checked(answer: bytes) -> None:
     if pb.PutResponse.FromString(answer).header.revision <= 0:
         raise RuntimeError("no revision")
-
-
-def _timed(calls: int, one: Callable[[], None]) -> list[float]:
-    for _ in range(WARM):
-        one()
-    samples = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        one()
-        samples.append(time.perf_counter() - start)
-    return samples
 
 
 async def _atimed(calls: int, one: Callable[[], Any]) -> list[float]:
